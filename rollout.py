@@ -1,0 +1,94 @@
+"""Stage 1 of SWEET-RL: multi-turn rollouts of an agent with a simulated human on ColBench tasks.
+
+    python rollout.py colbench/data/backend_train.jsonl            # -> runs/backend_train.traj.jsonl
+
+Each task is played `--samples` times. The agent (a local Hugging Face model, the embedded
+SmolLM2-135M-Instruct by default, or an OpenAI-compatible URL) talks with the simulated human
+(colbench/simulators.py) for at most `--max-turns` agent turns, following the protocol of
+colbench/env.py. Up to `--batch-size` dialogues are live at once and advance together: one
+batched `generate` per turn, finished dialogues drop out and waiting ones take their place.
+
+Each finished trajectory is one line of the output, written as soon as it ends; running the
+same command again resumes, skipping the (task_id, sample_idx) pairs already written. A killed
+run loses only the dialogues in flight.
+"""
+import argparse
+import collections
+import json
+import random
+import sys
+import time
+
+import torch
+from tqdm import tqdm
+
+from colbench.data import DataError, JsonlAppender, default_output, finished_keys, load_tasks
+from colbench.env import Episode
+from colbench.models import open_chat
+from colbench.simulators import make_simulator
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("tasks", help="tasks JSONL (ColBench schema)")
+parser.add_argument("--out", help="trajectories JSONL to write or resume (default runs/<stem>.traj.jsonl)")
+parser.add_argument("--agent", default="embedded", help="model folder, hub id, 'embedded', or OpenAI-compatible URL")
+parser.add_argument("--simulator", default="embedded", help="'embedded', an OpenAI-compatible URL, or a model")
+parser.add_argument("--samples", type=int, default=1, help="trajectories per task (K)")
+parser.add_argument("--limit", type=int, help="use only the first N tasks")
+parser.add_argument("--max-turns", type=int, default=10, help="agent turns per dialogue at most")
+parser.add_argument("--temperature", type=float, default=1.0, help="agent sampling temperature (0 = greedy)")
+parser.add_argument("--max-new-tokens", type=int, default=256, help="tokens per agent reply at most")
+parser.add_argument("--batch-size", type=int, default=8, help="dialogues live at once (one batched generate)")
+parser.add_argument("--seed", type=int, default=0, help="seed for sampling")
+
+
+def main(args):
+    out = args.out or default_output(args.tasks, ".traj.jsonl")
+    print("rollout:", json.dumps(vars(args)), f"-> {out}", flush=True)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    try:
+        tasks = load_tasks(args.tasks)[: args.limit]
+    except DataError as e:
+        sys.exit(f"error: {e}")
+    done = finished_keys(out)
+    waiting = collections.deque((task, k) for task in tasks for k in range(args.samples)
+                                if (task["task_id"], k) not in done)
+    print(f"{len(tasks)} tasks x {args.samples} samples: {len(done)} already in {out}, {len(waiting)} to run",
+          flush=True)
+    agent = open_chat(args.agent)
+    simulator = make_simulator(args.simulator)
+
+    finished, tokens, start = [], 0, time.time()
+    live = []
+    with JsonlAppender(out) as writer, tqdm(total=len(waiting), desc="dialogues", unit="dlg") as bar:
+        while waiting or live:
+            while waiting and len(live) < args.batch_size:
+                live.append(Episode(*waiting.popleft(), max_turns=args.max_turns))
+            # One batched agent turn for every live dialogue.
+            replies = agent.chat([episode.agent_view() for episode in live], args.max_new_tokens, args.temperature)
+            tokens += sum(reply.tokens for reply in replies)
+            still_talking = []
+            for episode, reply in zip(live, replies):
+                if episode.add_agent_turn(reply):
+                    writer.write(episode.record())
+                    finished.append(episode)
+                    bar.update(1)
+                else:
+                    still_talking.append(episode)
+            # The human answers every dialogue that goes on.
+            answers = simulator.respond([(episode.task, episode.dialogue) for episode in still_talking])
+            for episode, answer in zip(still_talking, answers):
+                episode.add_human_turn(answer)
+            live = still_talking
+            bar.set_postfix(tok_per_s=f"{tokens / (time.time() - start):.1f}")
+
+    seconds = time.time() - start
+    n = max(len(finished), 1)
+    print(f"done: {len(finished)} trajectories -> {out} | mean agent turns "
+          f"{sum(e.agent_turns for e in finished) / n:.2f} | answered with the marker "
+          f"{sum(e.answered_with_marker for e in finished) / n:.0%} | {tokens} tokens generated, "
+          f"{tokens / max(seconds, 1e-9):.1f} tokens/s")
+
+
+if __name__ == "__main__":
+    main(parser.parse_args())
