@@ -17,7 +17,7 @@ import torch
 
 from colbench.data import DataError, derive_task_id, load_tasks, load_trajectories
 from colbench.env import ANSWER_MARKER, Episode
-from colbench.models import EndpointChat, Reply
+from colbench.models import EndpointChat, Reply, tokenize_turns
 from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -280,3 +280,15 @@ def test_rollout_with_url_agent_and_url_simulator(tmp_path, stub_server):
     assert len(records["other"]["dialogue_history"]) == 4  # asked, was answered, then had to answer
     assert json.loads(records["tip"]["dialogue_history"][1]["input"])[0]["role"] == "system"
     assert "tokens generated" in result.stdout
+
+
+def test_turn_spans_select_exactly_the_assistant_tokens(tiny_model):
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"},
+                {"role": "assistant", "content": "What percent? 18%"}, {"role": "user", "content": "ok"},
+                {"role": "assistant", "content": " def f(x):\n  return 1"}]
+    ids, spans = tokenize_turns(tokenizer, messages)
+    assert [tokenizer.decode(ids[a:b]) for a, b in spans] == ["What percent? 18%<|im_end|>", " def f(x):\n  return 1<|im_end|>"]
+    outside = [k for k in range(len(ids)) if not any(a <= k < b for a, b in spans)]
+    assert "percent" not in tokenizer.decode([ids[k] for k in outside])

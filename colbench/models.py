@@ -80,6 +80,31 @@ def chat_text(tokenizer, messages, add_generation_prompt=False):
     return tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
+def tokenize_turns(tokenizer, messages):
+    """Token ids of a whole conversation, and the [start, end) token span of each assistant message.
+
+    A span covers the message's content and the end-of-turn token after it, found from character
+    offsets in the chat template's text (never from pad ids): the tokens the agent produced."""
+    text = chat_text(tokenizer, messages)
+    encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    offsets = encoding["offset_mapping"]
+    spans = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        start = len(chat_text(tokenizer, messages[:i], add_generation_prompt=True))
+        end = start + len(message["content"])
+        if text[start:end] != message["content"]:
+            raise ValueError("the chat template does not place assistant messages verbatim after the generation prompt")
+        inside = [k for k, (a, b) in enumerate(offsets) if a < end and b > start]
+        first = inside[0] if inside else next(k for k, (a, _) in enumerate(offsets) if a >= start)
+        last = inside[-1] + 1 if inside else first
+        if last < len(offsets) and encoding["input_ids"][last] == tokenizer.eos_token_id:
+            last += 1  # the end-of-turn token is part of the action: it is how the agent stops
+        spans.append((first, last))
+    return encoding["input_ids"], spans
+
+
 def token_logps(model, input_ids, attention_mask, past_key_values=None):
     """log p(token_i | tokens_<i) for i >= 1: [batch, seq] ids -> [batch, seq - 1] log-probs.
 
