@@ -1,0 +1,254 @@
+"""Score trajectories: backend answers by unit tests (frontend by CLIP, to come), print the metrics.
+
+    python evaluate.py runs/backend_train.traj.jsonl     # -> runs/backend_train.scored.jsonl
+
+Reads trajectories in the project's schema, or official ColBench offline files as they are (ids
+are derived; a `reward` already present is re-scored unless --keep-rewards). For each backend
+trajectory it takes the final code out of `answer`, runs the task's reference solution and the
+candidate on every test call, and adds to the line:
+    reward        fraction of tests passed        success       all tests passed
+    tests_passed, tests_total                     failure       the main failure category, or null
+    test_results  {test name: "pass" or the test's failure category}
+Failure categories: syntax error, exception, timeout, wrong output, out of memory, crashed, and
+"reference gave None" (tests the official rule cannot count).
+
+The rule is the official evaluator's: a test passes when the candidate's return value equals the
+reference's under Python's `==` (so 0 == 0.0) and the reference's value is not None. Unlike the
+official evaluator, no model-written code (reference solutions included) runs in this process:
+everything runs in colbench/sandbox.py, which sends the return values back as plain data, and the
+comparison happens here. Reference values are computed once per task.
+"""
+import argparse
+import collections
+import json
+import os
+import queue
+import re
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
+from tqdm import tqdm
+
+from colbench.data import DataError, default_output, load_trajectories, task_kind
+from colbench.sandbox import Sandbox
+
+ANSWER_MARKER = "I WANT TO ANSWER:"
+CATEGORIES = ("syntax error", "exception", "timeout", "wrong output", "out of memory", "crashed",
+              "reference gave None")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("trajectories", help="trajectory JSONL (project schema or official offline file)")
+    parser.add_argument("--out", help="scored JSONL (default: runs/<stem>.scored.jsonl)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="sandboxes running side by side (default: number of cores)")
+    parser.add_argument("--timeout", type=float, default=1.0,
+                        help="seconds per test call, wall clock, as in the official evaluator")
+    parser.add_argument("--summary-json", help="also write the summary metrics to this file")
+    parser.add_argument("--keep-rewards", action="store_true",
+                        help="keep a `reward` already in the input instead of re-scoring that line")
+    return parser.parse_args(argv)
+
+
+# --- code extraction -----------------------------------------------------------------------------
+FENCE = re.compile(r"```([^\n`]*)\n(.*?)(?:```|\Z)", re.S)
+PYTHON_TAGS = ("", "python", "python3", "py")
+KEYWORDS = set("""False None True and as assert async await break class continue def del elif else
+except finally for from global if import in is lambda nonlocal not or pass raise return try while
+with yield match case print""".split())
+
+
+def is_prose(line):
+    """A top-level line that reads as English rather than Python: 'Here is the code:'."""
+    words = re.match(r"([A-Za-z][\w'’]*)[,:]?\s+[A-Za-z`(\"']", line)
+    return bool(words) and words.group(1) not in KEYWORDS
+
+
+def strip_prose(text):
+    """The code between prose lines of an answer without code fences."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() and not is_prose(line)), len(lines))
+    end = next((i for i in range(start, len(lines)) if lines[i][:1].isalpha() and is_prose(lines[i])),
+               len(lines))
+    return "\n".join(lines[start:end])
+
+
+def extract_code(answer):
+    """The final program in an answer: after `I WANT TO ANSWER:`, out of code fences, dedented."""
+    text = answer.split(ANSWER_MARKER, 1)[1] if ANSWER_MARKER in answer else answer
+    text = text.lstrip(" \t")  # code that starts on the marker's line
+    blocks = [(tag.strip().lower(), body) for tag, body in FENCE.findall(text)]
+    if blocks:
+        bodies = [body for tag, body in blocks if tag in PYTHON_TAGS] or [body for _, body in blocks]
+        code = next((body for body in bodies if re.search(r"^\s*(async\s+)?def ", body, re.M)), bodies[0])
+    else:
+        code = strip_prose(text.replace("```", ""))
+    return textwrap.dedent(code).strip("\n") + "\n"
+
+
+# --- backend scoring -------------------------------------------------------------------------------
+def judge(result, reference):
+    """'pass' or a failure category for one test; the official rule on the reference's value."""
+    if "value" not in result:
+        error = result.get("error")
+        return error if error in CATEGORIES else "crashed"
+    if reference is None:
+        return "reference gave None"
+    try:
+        return "pass" if result["value"] == reference else "wrong output"
+    except Exception:  # e.g. RecursionError on deeply nested values: not equal
+        return "wrong output"
+
+
+def main_failure(outcomes):
+    """The most frequent failure category among the tests (the first one on ties), or None."""
+    failures = [outcome for outcome in outcomes if outcome != "pass"]
+    if not failures:
+        return None
+    counts = collections.Counter(failures)
+    return max(failures, key=lambda category: (counts[category], -failures.index(category)))
+
+
+def score_backend(records, args, progress):
+    """Add reward fields to each backend record, in place; returns the sandbox's isolation report."""
+    sandboxes = queue.Queue()
+    for _ in range(max(1, args.workers)):
+        sandboxes.put(Sandbox(timeout=args.timeout).start())  # started here: see PR_SET_PDEATHSIG
+    isolation = {}
+
+    def in_sandbox(code, calls):
+        sandbox = sandboxes.get()
+        try:
+            reply = sandbox.run(code, calls)
+        finally:
+            sandboxes.put(sandbox)
+        isolation.update(reply.get("isolation", {}))
+        return reply["results"]
+
+    def task_key(task):
+        return json.dumps([task["task_id"], task["ground_truth"], task["test_cases"]], sort_keys=True)
+
+    tasks = {task_key(r["task"]): r["task"] for r in records}
+    progress.total += len(tasks)
+    references = {}
+    try:
+        with ThreadPoolExecutor(max(1, args.workers)) as pool:
+            # Reference values, once per task; an error counts like None (the test cannot pass).
+            jobs = {pool.submit(in_sandbox, task["ground_truth"], list(task["test_cases"].items())): key
+                    for key, task in tasks.items()}
+            for job in as_completed(jobs):
+                results = job.result()
+                references[jobs[job]] = {name: result.get("value") for name, result in results.items()}
+                progress.update(1)
+            jobs = {pool.submit(in_sandbox, extract_code(r["answer"]), list(r["task"]["test_cases"].items())): r
+                    for r in records}
+            for job in as_completed(jobs):
+                record, results = jobs[job], job.result()
+                reference = references[task_key(record["task"])]
+                outcomes = {name: judge(results.get(name, {"error": "crashed"}), reference.get(name))
+                            for name in record["task"]["test_cases"]}
+                passed = sum(outcome == "pass" for outcome in outcomes.values())
+                record.update(reward=passed / len(outcomes) if outcomes else 0.0,
+                              success=bool(outcomes) and passed == len(outcomes),
+                              tests_passed=passed, tests_total=len(outcomes),
+                              failure=main_failure(outcomes.values()), test_results=outcomes)
+                progress.update(1)
+    finally:
+        while not sandboxes.empty():
+            sandboxes.get().close()
+    return isolation
+
+
+# Scorers by task kind: each adds `reward` and `success` to its records. Frontend (CLIP) plugs in here.
+SCORERS = {"backend": score_backend}
+
+
+# --- metrics -----------------------------------------------------------------------------------------
+def summarize(records):
+    """Mean % tests passed, success rate, and best-of-k of both when tasks have k > 1 samples."""
+    def pct(values):
+        values = list(values)
+        return round(100 * sum(values) / len(values), 2) if values else 0.0
+
+    by_task = collections.defaultdict(list)
+    for record in records:
+        by_task[record["task_id"]].append(record)
+    summary = {"trajectories": len(records), "tasks": len(by_task),
+               "mean_tests_passed_pct": pct(r["reward"] for r in records),
+               "success_rate_pct": pct(bool(r.get("success", r["reward"] == 1)) for r in records)}
+    sizes = sorted({len(samples) for samples in by_task.values()})
+    if sizes[-1] > 1:
+        summary["best_of_k"] = {
+            "k": sizes[0] if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}",
+            "tests_passed_pct": pct(max(r["reward"] for r in s) for s in by_task.values()),
+            "success_rate_pct": pct(any(r.get("success", r["reward"] == 1) for r in s)
+                                    for s in by_task.values())}
+    summary["failures"] = dict(collections.Counter(r["failure"] for r in records if r.get("failure")))
+    return summary
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    out = args.out or default_output(args.trajectories, ".scored.jsonl")
+    print("evaluate.py", json.dumps(vars(args)))
+    print(f"output: {out}" + (f", summary: {args.summary_json}" if args.summary_json else ""))
+    if os.path.exists(out) and os.path.samefile(out, args.trajectories):
+        sys.exit("error: --out is the input file; evaluate.py never modifies its input")
+    try:
+        records = load_trajectories(args.trajectories)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+    to_score = [r for r in records if not (args.keep_rewards and "reward" in r)]
+    by_kind = collections.defaultdict(list)
+    for record in to_score:
+        by_kind[task_kind(record["task"])].append(record)
+    for kind in by_kind:
+        if kind not in SCORERS:
+            print(f"error: {kind} scoring not yet available ({len(by_kind[kind])} {kind} trajectories "
+                  f"in {args.trajectories})", file=sys.stderr)
+            sys.exit(2)
+
+    start = time.monotonic()
+    with tqdm(total=len(to_score), desc="scoring (references, then answers)", unit="run",
+              mininterval=1.0) as progress:
+        for kind, kind_records in by_kind.items():
+            isolation = SCORERS[kind](kind_records, args, progress)
+            if isolation:
+                print(f"sandbox: network namespace {'on' if isolation.get('network') else 'OFF'}, "
+                      f"PID namespace {'on' if isolation.get('pids') else 'OFF'}, "
+                      f"programs run as {isolation.get('user', '?')}")
+    seconds = time.monotonic() - start
+
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out + ".tmp", "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(out + ".tmp", out)
+
+    summary = summarize(records)
+    summary.update(scored=len(to_score), seconds=round(seconds, 2),
+                   trajectories_per_s=round(len(to_score) / seconds, 2) if seconds > 0 else None)
+    print(f"{summary['trajectories']} trajectories, {summary['tasks']} tasks: "
+          f"{summary['mean_tests_passed_pct']:.1f}% tests passed, "
+          f"{summary['success_rate_pct']:.1f}% success")
+    if "best_of_k" in summary:
+        best = summary["best_of_k"]
+        print(f"best-of-{best['k']}: {best['tests_passed_pct']:.1f}% tests passed, "
+              f"{best['success_rate_pct']:.1f}% success")
+    print(f"failures: {summary['failures']}")
+    print(f"scored {len(to_score)} in {seconds:.1f} s ({summary['trajectories_per_s']} trajectories/s)")
+    print(f"wrote {out}")
+    if args.summary_json:
+        os.makedirs(os.path.dirname(args.summary_json) or ".", exist_ok=True)
+        with open(args.summary_json, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=1)
+        print(f"wrote {args.summary_json}")
+
+
+if __name__ == "__main__":
+    main()
