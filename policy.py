@@ -1,0 +1,356 @@
+"""Stage 4 of SWEET-RL: train the agent on critic-ranked, step-level preference pairs (DPO + NLL).
+
+    python policy.py runs/backend_train.scored.jsonl         # -> runs/backend_train.policy/
+
+--method sweet (default; paper section 4.3). For every agent turn state o_t of the offline
+trajectories (the dialogue up to that turn), sample --candidates replies from the policy, score
+each with the critic's advantage A(o_t, a, c) from critic.py (the critic sees the task's reference
+solution c), pair a random candidate of the top half (chosen) with one of the bottom half
+(rejected), --pairs-per-turn per state, and train the policy with DPO plus an NLL term on the
+chosen reply (Eq. 4). Sampling, ranking and training are three phases, each with its own models:
+the critic and its reference are freed before training, so peak memory is that of the larger phase.
+--method mt-dpo (Multi-Turn DPO baseline): whole trajectories of one task paired by reward with
+critic.py's pairing rule, log-probs summed over all agent turns, the same loss.
+--method rft (Rejection Fine-Tuning baseline): supervised fine-tuning on the agent turns of the
+successful trajectories.
+
+Writes to POLICY_DIR: args.json; pairs.jsonl (sweet, mt-dpo: TRL's conversational preference
+format plus the two scores) or sft.jsonl (rft: TRL's prompt-completion format); log.jsonl (one
+line per optimizer step); the trained policy and its tokenizer as a Hugging Face checkpoint,
+which `python rollout.py TASKS --agent POLICY_DIR` runs.
+
+Where this departs from the paper or the official code:
+- Candidates are ranked by the critic's advantage as the paper defines it (Eq. 3, with the
+  reference solution c, length-normalized); the official code subtracts the sampling policy's
+  log-prob without c instead.
+- The frozen reference policy's log-probs are computed once, by the initial policy, before
+  training starts: no second copy of the policy is kept in memory.
+- NLL(a+ | o_t) is the mean over the chosen reply's tokens (the paper does not say which).
+- Pairs whose two scores are equal are dropped: they state no preference.
+- Multi-Turn DPO and RFT read a whole trajectory in one pass under the first turn's system
+  prompt; a dialogue that reached the turn limit saw an extra last-turn note in its last prompt.
+- Frontend trajectories are accepted: a text critic ranks their replies from the dialogue text
+  and the reference page's HTML. The paper's frontend critic was a vision-language model with a
+  regression head.
+- Defaults are sized for the 135M embedded model on CPU: lr 5e-6 (paper: 2e-7 for 8B models),
+  bf16 autocast with fp32 master weights on CPU, bf16 weights on CUDA.
+"""
+import argparse
+import gc
+import json
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from colbench.data import DataError, default_output, load_trajectories
+from colbench.env import agent_messages
+from colbench.models import chat_text, generate, load_model, tokenize_turns, token_logps
+from critic import load_critic, preference_pairs, score_candidates
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("scored", help="scored trajectories JSONL (evaluate.py's output)")
+parser.add_argument("--out", help="policy folder to write (default runs/<stem>.policy)")
+parser.add_argument("--critic", help="critic folder from critic.py, for sweet (default runs/<stem>.critic)")
+parser.add_argument("--model", default="embedded", help="policy to start from: model folder, hub id, or 'embedded'")
+parser.add_argument("--method", default="sweet", choices=["sweet", "mt-dpo", "rft"], help="SWEET-RL or a baseline")
+parser.add_argument("--candidates", type=int, default=16, help="sweet: replies sampled per turn state (N)")
+parser.add_argument("--pairs-per-turn", type=int, default=4, help="sweet: preference pairs drawn per turn state")
+parser.add_argument("--data-fraction", type=float, default=1.0, help="use this random fraction of the trajectories")
+parser.add_argument("--max-turns", type=int, default=10, help="the rollouts' turn budget (the last turn's prompt says so)")
+parser.add_argument("--max-new-tokens", type=int, default=256, help="sweet: tokens per sampled reply at most")
+parser.add_argument("--temperature", type=float, default=1.0, help="sweet: sampling temperature of the candidates")
+parser.add_argument("--sample-batch-size", type=int, default=16, help="sweet: sequences per batched generate call")
+parser.add_argument("--min-reward-gap", type=float, default=0.1, help="mt-dpo: paired rewards differ by at least this")
+parser.add_argument("--beta", type=float, default=0.1, help="DPO temperature beta' (Eq. 4)")
+parser.add_argument("--nll-coef", type=float, default=0.01, help="weight lambda of the NLL term on the chosen reply (Eq. 4)")
+parser.add_argument("--lr", type=float, default=5e-6, help="AdamW learning rate (paper: 2e-7 for 8B models)")
+parser.add_argument("--epochs", type=int, default=1, help="passes over the pairs (rft: the examples)")
+parser.add_argument("--batch-size", type=int, default=8, help="pairs (rft: examples) per optimizer step")
+parser.add_argument("--micro-batch-size", type=int, default=2, help="pairs per forward pass; gradients accumulate")
+parser.add_argument("--seed", type=int, default=0, help="seed for subsetting, sampling, pairing and shuffling")
+
+
+def chunks(items, size):
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def plain(messages):
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def write_jsonl(path, records):
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+
+
+def turn_prompt(task, history, max_turns):
+    """What the agent saw before the turn that follows `history`: exactly rollout.py's prompt."""
+    turns_so_far = sum(turn["role"] == "assistant" for turn in history)
+    return agent_messages(task, history, last_turn=turns_so_far == max_turns - 1)
+
+
+# --- the SWEET-RL part: sample candidates, rank them with the critic, pair top half with bottom half
+
+def turn_states(trajectories):
+    """(trajectory, turn index, history) for every agent turn; history = the dialogue before it."""
+    states = []
+    for trajectory in trajectories:
+        dialogue = plain(trajectory["dialogue_history"])
+        for i, turn in enumerate(dialogue):
+            if turn["role"] == "assistant" and i > 0 and dialogue[i - 1]["role"] == "user":
+                states.append((trajectory, i, dialogue[:i]))
+    return states
+
+
+@torch.no_grad()
+def sample_candidates(model, tokenizer, prompts, n, args):
+    """n sampled replies for each prompt; states of similar length share a batched generate call."""
+    candidates = [None] * len(prompts)
+    by_length = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    bar = tqdm(total=len(prompts), desc="sampling", unit="state")
+    for chunk in chunks(by_length, max(1, args.sample_batch_size // n)):
+        texts, _ = generate(model, tokenizer, [prompts[i] for i in chunk for _ in range(n)],
+                            args.max_new_tokens, args.temperature)
+        for k, i in enumerate(chunk):
+            candidates[i] = texts[k * n:(k + 1) * n]
+        bar.update(len(chunk))
+    bar.close()
+    return candidates
+
+
+def top_bottom_pairs(scores, pairs_per_turn, rng):
+    """(chosen, rejected) indices: a random candidate of the top half against one of the bottom half.
+
+    Distinct pairs, at most pairs_per_turn; with an odd count the median candidate sits out."""
+    order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
+    half = len(order) // 2
+    crossing = [(c, r) for c in order[:half] for r in order[len(order) - half:] if scores[c] > scores[r]]
+    return rng.sample(crossing, min(pairs_per_turn, len(crossing)))
+
+
+def sweet_pairs(trajectories, args, rng, device):
+    """Phase 1 samples with the policy, phase 2 ranks with the critic; each phase frees its models."""
+    states = turn_states(trajectories)
+    if not states:
+        sys.exit("error: no agent turn follows a user turn in these trajectories: nothing to rank")
+    model, tokenizer = load_model(args.model, device=device)
+    if device == "cpu":
+        model.to(torch.bfloat16)  # sampling only: bf16 generates about twice as fast on CPU
+    prompts = [chat_text(tokenizer, turn_prompt(t["task"], history, args.max_turns), add_generation_prompt=True)
+               for t, _, history in states]
+    candidates = sample_candidates(model, tokenizer, prompts, args.candidates, args)
+    del model
+    gc.collect()
+
+    critic_dir = args.critic or default_output(args.scored, ".critic")
+    if not os.path.isdir(critic_dir):
+        sys.exit(f"error: no critic at {critic_dir}: run `python critic.py {args.scored}` first, or pass --critic")
+    critic = load_critic(critic_dir, device=device)
+    rows = []
+    for (trajectory, turn, history), replies in tqdm(list(zip(states, candidates)), desc="ranking", unit="state"):
+        scores = score_candidates(critic, trajectory["task"], history, replies)
+        for c, r in top_bottom_pairs(scores, args.pairs_per_turn, rng):
+            rows.append({"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"], "turn": turn,
+                         "prompt": turn_prompt(trajectory["task"], history, args.max_turns),
+                         "chosen": [{"role": "assistant", "content": replies[c]}],
+                         "rejected": [{"role": "assistant", "content": replies[r]}],
+                         "chosen_score": scores[c], "rejected_score": scores[r]})
+    del critic
+    gc.collect()
+    return rows, len(states)
+
+
+def dpo_nll_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
+                 chosen_nll, beta, nll_coef):
+    """Paper Eq. 4: DPO on (chosen, rejected) plus lambda * NLL of the chosen reply. Every input: [pairs]."""
+    chosen_rewards = beta * (policy_chosen_logps - reference_chosen_logps)  # [pairs]
+    rejected_rewards = beta * (policy_rejected_logps - reference_rejected_logps)  # [pairs]
+    losses = -F.logsigmoid(chosen_rewards - rejected_rewards) + nll_coef * chosen_nll  # [pairs]
+    return losses.mean(), chosen_rewards.detach(), rejected_rewards.detach()
+
+
+# --- the baselines' data: whole trajectories
+
+def trajectory_prompt_completion(trajectory, max_turns):
+    """The agent's first prompt (system + problem), and the rest of the dialogue as the completion."""
+    dialogue = plain(trajectory["dialogue_history"])
+    return turn_prompt(trajectory["task"], dialogue[:1], max_turns), dialogue[1:]
+
+
+def mt_dpo_pairs(trajectories, args):
+    rows = []
+    for chosen, rejected in preference_pairs(trajectories, args.min_reward_gap):
+        prompt, chosen_completion = trajectory_prompt_completion(chosen, args.max_turns)
+        _, rejected_completion = trajectory_prompt_completion(rejected, args.max_turns)
+        rows.append({"task_id": chosen["task_id"], "chosen_sample_idx": chosen["sample_idx"],
+                     "rejected_sample_idx": rejected["sample_idx"], "prompt": prompt,
+                     "chosen": chosen_completion, "rejected": rejected_completion,
+                     "chosen_score": chosen["reward"], "rejected_score": rejected["reward"]})
+    return rows
+
+
+def rft_examples(trajectories, args):
+    rows = []
+    for trajectory in trajectories:
+        if trajectory.get("success", trajectory["reward"] >= 1.0):
+            prompt, completion = trajectory_prompt_completion(trajectory, args.max_turns)
+            rows.append({"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"],
+                         "prompt": prompt, "completion": completion})
+    return rows
+
+
+# --- log-probs of completions, and the training loop
+
+def tokenize_completion(tokenizer, prompt, completion):
+    """Token ids of prompt + completion, and the spans of the completion's assistant messages only."""
+    ids, spans = tokenize_turns(tokenizer, prompt + completion)
+    return ids, spans[len(spans) - sum(m["role"] == "assistant" for m in completion):]
+
+
+def completion_logps(model, sequences):
+    """Summed log-probs of each sequence's completion tokens, and how many there are: [batch], [batch].
+
+    One reply for sweet, every agent turn of a trajectory for mt-dpo and rft."""
+    width = max(len(ids) for ids, _ in sequences)
+    input_ids = torch.zeros(len(sequences), width, dtype=torch.long)  # right padding, masked by lengths
+    attention_mask = torch.zeros(len(sequences), width, dtype=torch.long)
+    in_completion = torch.zeros(len(sequences), width - 1)
+    for row, (ids, spans) in enumerate(sequences):
+        input_ids[row, :len(ids)] = torch.tensor(ids)
+        attention_mask[row, :len(ids)] = 1
+        for start, end in spans:
+            in_completion[row, start - 1:end - 1] = 1  # token k is predicted at position k - 1
+    logps = token_logps(model, input_ids.to(model.device), attention_mask.to(model.device))  # [batch, width - 1]
+    in_completion = in_completion.to(model.device)
+    return (logps * in_completion).sum(-1), in_completion.sum(-1), int(attention_mask.sum())
+
+
+def autocast(model):
+    return torch.autocast(device_type=model.device.type, dtype=torch.bfloat16)
+
+
+@torch.no_grad()
+def add_reference_logps(model, examples, batch_size):
+    """The frozen reference policy pi_ref = the policy before training: its log-probs, computed once."""
+    model.eval()
+    for batch in tqdm(chunks(examples, batch_size), desc="reference log-probs", unit="batch"):
+        with autocast(model):
+            logps, _, _ = completion_logps(model, [e["chosen"] for e in batch] + [e["rejected"] for e in batch])
+        for example, chosen, rejected in zip(batch, logps[:len(batch)].tolist(), logps[len(batch):].tolist()):
+            example["reference_chosen_logps"], example["reference_rejected_logps"] = chosen, rejected
+    model.train()
+
+
+def batch_loss(model, batch, args):
+    """The loss of one micro-batch and its statistics (summed over its examples, for averaging)."""
+    if args.method == "rft":
+        logps, counts, tokens = completion_logps(model, [e["completion"] for e in batch])
+        nll = -logps / counts  # [examples]: mean over each trajectory's agent tokens
+        return nll.mean(), {"nll": nll.sum().item()}, tokens
+    logps, counts, tokens = completion_logps(model, [e["chosen"] for e in batch] + [e["rejected"] for e in batch])
+    chosen_logps, rejected_logps = logps[:len(batch)], logps[len(batch):]  # [pairs] each
+    reference = torch.tensor([[e["reference_chosen_logps"], e["reference_rejected_logps"]] for e in batch],
+                             device=logps.device)  # [pairs, 2]
+    loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
+        chosen_logps, rejected_logps, reference[:, 0], reference[:, 1], -chosen_logps / counts[:len(batch)],
+        args.beta, args.nll_coef)
+    return loss, {"accuracy": (chosen_rewards > rejected_rewards).float().sum().item(),
+                  "margin": (chosen_rewards - rejected_rewards).sum().item(),
+                  "chosen_logps": chosen_logps.detach().sum().item(),
+                  "rejected_logps": rejected_logps.detach().sum().item()}, tokens
+
+
+def train(model, examples, args, rng, log_path):
+    """AdamW over shuffled batches, gradients accumulated over micro-batches; one log line per step."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    steps_per_epoch = (len(examples) + args.batch_size - 1) // args.batch_size
+    history = []
+    with open(log_path, "w") as log:
+        for epoch in range(args.epochs):
+            order = rng.sample(examples, len(examples))
+            for step, batch in enumerate(chunks(order, args.batch_size), epoch * steps_per_epoch + 1):
+                start, tokens, totals = time.time(), 0, {"loss": 0.0}
+                for micro in chunks(batch, args.micro_batch_size):
+                    with autocast(model):
+                        loss, stats, micro_tokens = batch_loss(model, micro, args)
+                    (loss * len(micro) / len(batch)).backward()
+                    tokens += micro_tokens
+                    totals["loss"] += loss.item() * len(micro)
+                    for key, value in stats.items():
+                        totals[key] = totals.get(key, 0.0) + value
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad()
+                record = {"step": step, "epoch": epoch, **{k: v / len(batch) for k, v in totals.items()},
+                          "tokens_per_s": tokens / (time.time() - start)}
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                history.append(record)
+                print(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
+                      flush=True)
+    return history
+
+
+def main(args):
+    out = args.out or default_output(args.scored, ".policy")
+    print("policy:", json.dumps(vars(args)), f"-> {out}/", flush=True)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    try:
+        trajectories = load_trajectories(args.scored)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if args.method != "sweet" and not all(isinstance(t.get("reward"), (int, float)) for t in trajectories):
+        print(f"error: {args.scored}: every trajectory needs a 'reward' for {args.method}: run evaluate.py first",
+              file=sys.stderr)
+        sys.exit(2)
+    if args.data_fraction < 1.0:
+        keep = max(1, round(args.data_fraction * len(trajectories)))
+        trajectories = [trajectories[i] for i in sorted(rng.sample(range(len(trajectories)), keep))]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "args.json"), "w") as f:
+        json.dump(vars(args), f, indent=2)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    if args.method == "sweet":
+        rows, states = sweet_pairs(trajectories, args, rng, device)
+        print(f"{len(rows)} pairs from {states} turn states of {len(trajectories)} trajectories")
+    elif args.method == "mt-dpo":
+        rows = mt_dpo_pairs(trajectories, args)
+        print(f"{len(rows)} trajectory pairs from {len(trajectories)} trajectories")
+    else:
+        rows = rft_examples(trajectories, args)
+        print(f"{len(rows)} successful trajectories of {len(trajectories)}")
+    data_path = os.path.join(out, "sft.jsonl" if args.method == "rft" else "pairs.jsonl")
+    write_jsonl(data_path, rows)
+    if not rows:
+        sys.exit({"sweet": "error: no pairs: every candidate of every state scored the same",
+                  "mt-dpo": f"error: no pairs: no two trajectories of a task differ in reward by {args.min_reward_gap}",
+                  "rft": "error: no successful trajectory to fine-tune on"}[args.method])
+
+    model, tokenizer = load_model(args.model, trainable=True, device=device)
+    if args.method == "rft":
+        examples = [{"completion": tokenize_completion(tokenizer, row["prompt"], row["completion"])} for row in rows]
+    else:
+        examples = [{"chosen": tokenize_completion(tokenizer, row["prompt"], row["chosen"]),
+                     "rejected": tokenize_completion(tokenizer, row["prompt"], row["rejected"])} for row in rows]
+        add_reference_logps(model, examples, args.micro_batch_size)
+    start = time.time()
+    history = train(model, examples, args, rng, os.path.join(out, "log.jsonl"))
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    last = history[-1]
+    summary = f"accuracy {last['accuracy']:.2f} | margin {last['margin']:.4g}" if "margin" in last else f"nll {last['nll']:.4g}"
+    print(f"done: {len(history)} steps in {time.time() - start:.0f} s | last step: loss {last['loss']:.4g} | {summary} "
+          f"-> {out}/ ({os.path.basename(data_path)}, log.jsonl, checkpoint)")
+
+
+if __name__ == "__main__":
+    main(parser.parse_args())
