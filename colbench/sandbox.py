@@ -336,6 +336,15 @@ class _Test:
         return self.data[4:4 + size].decode("utf-8", "replace") if len(self.data) >= 4 + size else None
 
 
+def _drain(test):
+    os.set_blocking(test.result_r, False)
+    try:
+        while len(test.data) <= MAX_VALUE_BYTES + 4 and (chunk := os.read(test.result_r, 1 << 16)):
+            test.data += chunk
+    except BlockingIOError:
+        pass
+
+
 def _kill_group(pid):
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -425,6 +434,7 @@ def _supervise(job, isolation):
             _kill_group(test.pid)  # also ends threads and children the program left behind
             if test.status is None:
                 test.status = os.waitpid(test.pid, 0)[1]
+            _drain(test)  # what it wrote before it exited, not yet read
             results[test.name] = _verdict(test, timed_out and test.message() is None)
             os.close(fd)
             del running[fd]
