@@ -57,15 +57,16 @@ def default_device():
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_model(name=None, trainable=False, device=None):
-    """(model, tokenizer) for a causal LM: fp32 on CPU, bf16 on CUDA; frozen unless `trainable`."""
+def load_model(name=None, trainable=False, device=None, dtype=None):
+    """(model, tokenizer) for a causal LM; frozen unless `trainable`. Default dtype: bf16 on CUDA,
+    fp32 on CPU (training there keeps fp32 master weights and autocasts to bf16)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = resolve_model(name)
     device = device or default_device()
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = dtype or (torch.bfloat16 if device == "cuda" else torch.float32)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
     model.train(trainable)
     model.requires_grad_(trainable)
@@ -126,11 +127,13 @@ class Reply:
 
 
 class LocalChat:
-    """A Hugging Face causal LM answering batches of conversations with one `generate` call."""
+    """A Hugging Face causal LM answering batches of conversations with one `generate` call.
+
+    Weights in bf16 on CPU too: sampling needs no fp32, and it runs 4x faster here (bench.py)."""
 
     def __init__(self, name=None, device=None):
         self.name = name or EMBEDDED
-        self.model, self.tokenizer = load_model(name, device=device)
+        self.model, self.tokenizer = load_model(name, device=device, dtype=torch.bfloat16)
 
     @torch.no_grad()
     def chat(self, conversations, max_new_tokens=256, temperature=1.0):
