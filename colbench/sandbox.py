@@ -8,16 +8,17 @@ against and what it does not; it is not a virtual machine.
 Processes, per evaluator worker (this file run as a script is the runner):
 
     evaluator thread
-     └─ runner       `python -I sandbox.py --serve`: long-lived, one job (program + calls) per stdin line
-         └─ job      a fresh network namespace and PID namespace, where the system allows them
-             └─ supervisor   PID 1 of that namespace: compiles the program, starts and times the tests
-                 └─ test     one forked process per call, as `nobody`, resource limits, own process group
+     └─ runner       `python -I sandbox.py --serve PID`, long-lived; enters a fresh network namespace
+         │           (no interface up, not even loopback) and PID namespace, where the system allows
+         └─ supervisor   PID 1 of that namespace: one job (program + test calls) per stdin line
+             └─ test     one forked process per call, as `nobody`, resource limits, own process group
 
 A test process runs the program and its one call, then writes `{"value": ...}` (tagged JSON) or
 `{"error": ...}` to a pipe of its own; its stdout/stderr go to another pipe that the supervisor
-drains and keeps only the start of. When the supervisor (PID 1) exits, the kernel kills whatever
-the program left behind in its namespace. The evaluator kills the runner's whole process group
-when a job overruns its wall-clock limit, and the runner dies with the evaluator (PR_SET_PDEATHSIG).
+drains and keeps only the start of. After each job the supervisor, as PID 1, kills everything else
+in its namespace; when it dies, the kernel does. The evaluator kills the runner's whole process
+group when a job overruns its wall-clock limit, and the runner dies with the evaluator
+(PR_SET_PDEATHSIG).
 """
 import json
 import math
@@ -40,7 +41,7 @@ MAX_OPEN_FILES = 256  # RLIMIT_NOFILE
 MAX_VALUE_BYTES = 1 << 20  # one return value, encoded
 KEPT_OUTPUT_BYTES = 4096  # what is kept of a program's stdout and stderr
 MAX_DEPTH = 200  # nesting of a return value
-TESTS_AT_ONCE = 2  # tests of one program run side by side (a hang costs wall time, not a core)
+TESTS_AT_ONCE = 4  # tests of one program run side by side (a hang costs wall time, not a core)
 # The environment of the runner: nothing of the evaluator's.
 MINIMAL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
 
@@ -370,7 +371,7 @@ def _verdict(test, timed_out):
 
 
 def _supervise(job, isolation):
-    """PID 1 of the job's namespace (where there is one): run every test call, return the results."""
+    """Run every test call of a job, a few at a time, each in a fresh process; return the results."""
     ids = _unprivileged_ids()
     isolation["user"] = "nobody" if ids else "same as the evaluator"
     try:
@@ -438,7 +439,7 @@ def _supervise(job, isolation):
             results[test.name] = _verdict(test, timed_out and test.message() is None)
             os.close(fd)
             del running[fd]
-    if os.getpid() == 1:  # PID 1 of a namespace of our own: end everything else in it
+    if os.getpid() == 1:  # PID 1 of the namespace: end everything the program left, before replying
         try:
             os.kill(-1, signal.SIGKILL)
         except ProcessLookupError:
@@ -456,47 +457,8 @@ def _supervise(job, isolation):
     return {"results": results, "output": output.decode("utf-8", "replace"), "isolation": isolation}
 
 
-def _run_job(libc, job):
-    """Fork the job process (new namespaces), which forks the supervisor; return its reply."""
-    reply_r, reply_w = os.pipe()
-    runner_pid = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(reply_r)
-            _die_with_parent(libc, runner_pid)
-            isolation = _enter_namespaces(libc)
-            job_pid = os.getpid()
-            supervisor = os.fork()
-            if supervisor == 0:
-                _die_with_parent(libc, job_pid)
-                try:
-                    reply = _supervise(job, isolation)
-                except BaseException:
-                    import traceback
-                    traceback.print_exc()  # a bug of the sandbox, not of the program
-                    os._exit(1)
-                data = json.dumps(reply).encode()
-                while data:
-                    data = data[os.write(reply_w, data):]
-                os._exit(0)
-            os.close(reply_w)
-            os.waitpid(supervisor, 0)
-        finally:
-            os._exit(0)
-    os.close(reply_w)
-    chunks = []
-    while chunk := os.read(reply_r, 1 << 16):
-        chunks.append(chunk)
-    os.close(reply_r)
-    os.waitpid(pid, 0)
-    if not chunks:
-        return {"results": {}, "output": "", "error": "the supervisor died"}
-    return json.loads(b"".join(chunks))
-
-
 def serve(parent_pid):
-    """The runner's loop: a job per line on stdin, a reply per line on stdout."""
+    """The runner: enter the namespaces, then a job per line on stdin and a reply per line on stdout."""
     libc = _libc()
     _die_with_parent(libc, parent_pid)
     import importlib
@@ -505,8 +467,18 @@ def serve(parent_pid):
             importlib.import_module(name)
         except ImportError:
             pass
+    isolation = _enter_namespaces(libc)
+    if isolation["pids"]:
+        # The namespace's PID 1 is our first child; it serves the jobs, we wait. Its death (with ours,
+        # or the evaluator's) makes the kernel kill everything left in the namespace.
+        runner_pid = os.getpid()
+        child = os.fork()
+        if child:
+            _, status = os.waitpid(child, 0)
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        _die_with_parent(libc, runner_pid)
     for line in sys.stdin.buffer:
-        reply = _run_job(libc, json.loads(line))
+        reply = _supervise(json.loads(line), dict(isolation))
         data = (json.dumps(reply) + "\n").encode()
         while data:
             data = data[os.write(1, data):]
