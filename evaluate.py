@@ -6,9 +6,9 @@ Reads trajectories in the project's schema, or official ColBench offline files a
 are derived; a `reward` already present is re-scored unless --keep-rewards). For each backend
 trajectory it takes the final code out of `answer`, runs the task's reference solution and the
 candidate on every test call, and adds to the line:
-    reward        fraction of tests passed        success       all tests passed
-    tests_passed, tests_total                     failure       the main failure category, or null
-    test_results  {test name: "pass" or the test's failure category}
+    reward          fraction of tests passed      success         all tests passed
+    tests_passed    tests_total                   test_results    {test name: "pass" or its category}
+    failure         the main failure category, or null; failure_detail: e.g. "ZeroDivisionError: ..."
 Failure categories: syntax error, exception, timeout, wrong output, out of memory, crashed, and
 "reference gave None" (tests the official rule cannot count).
 
@@ -91,16 +91,18 @@ def extract_code(answer):
 
 # --- backend scoring -------------------------------------------------------------------------------
 def judge(result, reference):
-    """'pass' or a failure category for one test; the official rule on the reference's value."""
+    """('pass' or a failure category, detail) for one test; the official rule on the reference's value."""
     if "value" not in result:
         error = result.get("error")
-        return error if error in CATEGORIES else "crashed"
+        return (error if error in CATEGORIES else "crashed"), result.get("detail", "")
     if reference is None:
-        return "reference gave None"
+        return "reference gave None", ""
     try:
-        return "pass" if result["value"] == reference else "wrong output"
+        if result["value"] == reference:
+            return "pass", ""
     except Exception:  # e.g. RecursionError on deeply nested values: not equal
-        return "wrong output"
+        pass
+    return "wrong output", f"returned {result['value']!r:.90}, expected {reference!r:.90}"
 
 
 def main_failure(outcomes):
@@ -148,13 +150,16 @@ def score_backend(records, args, progress):
             for job in as_completed(jobs):
                 record, results = jobs[job], job.result()
                 reference = references[task_key(record["task"])]
-                outcomes = {name: judge(results.get(name, {"error": "crashed"}), reference.get(name))
-                            for name in record["task"]["test_cases"]}
+                judged = {name: judge(results.get(name, {"error": "crashed"}), reference.get(name))
+                          for name in record["task"]["test_cases"]}
+                outcomes = {name: outcome for name, (outcome, _) in judged.items()}
                 passed = sum(outcome == "pass" for outcome in outcomes.values())
+                failure = main_failure(outcomes.values())
                 record.update(reward=passed / len(outcomes) if outcomes else 0.0,
                               success=bool(outcomes) and passed == len(outcomes),
-                              tests_passed=passed, tests_total=len(outcomes),
-                              failure=main_failure(outcomes.values()), test_results=outcomes)
+                              tests_passed=passed, tests_total=len(outcomes), failure=failure,
+                              failure_detail=next((d for o, d in judged.values() if o == failure), None),
+                              test_results=outcomes)
                 progress.update(1)
     finally:
         while not sandboxes.empty():

@@ -11,7 +11,7 @@ Processes, per evaluator worker (this file run as a script is the runner):
      └─ runner       `python -I sandbox.py --serve PID`, long-lived; enters a fresh network namespace
          │           (no interface up, not even loopback) and PID namespace, where the system allows
          └─ supervisor   PID 1 of that namespace: one job (program + test calls) per stdin line
-             └─ test     one forked process per call, as `nobody`, resource limits, own process group
+             └─ test     one forked process per call, unprivileged, resource limits, own process group
 
 A test process runs the program and its one call, then writes `{"value": ...}` (tagged JSON) or
 `{"error": ...}` to a pipe of its own; its stdout/stderr go to another pipe that the supervisor
@@ -34,8 +34,8 @@ import tempfile
 import time
 
 # Limits of every test process.
-MEMORY_MB = 1024  # RLIMIT_AS
-MAX_PROCESSES = 64  # RLIMIT_NPROC; counted per user, i.e. over all tests running as `nobody`
+MEMORY_MB = 512  # RLIMIT_AS
+MAX_PROCESSES = 64  # RLIMIT_NPROC; counted per user, i.e. over the tests of one runner
 MAX_FILE_MB = 16  # RLIMIT_FSIZE
 MAX_OPEN_FILES = 256  # RLIMIT_NOFILE
 MAX_VALUE_BYTES = 1 << 20  # one return value, encoded
@@ -45,10 +45,13 @@ TESTS_AT_ONCE = 4  # tests of one program run side by side (a hang costs wall ti
 # The environment of the runner: nothing of the evaluator's.
 MINIMAL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
 
+# Programs run as user and group SANDBOX_ID_BASE + the runner's PID (when the evaluator is root):
+# above the ranges that systems hand out (accounts, containers' subordinate ids).
+SANDBOX_ID_BASE = 0x7F000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 PR_SET_PDEATHSIG = 1
 
-# Imported by the runner before any program runs: a program running as `nobody` may be unable to
+# Imported by the runner before any program runs: a program running unprivileged may be unable to
 # read the interpreter's library (e.g. under /root), so what it may reasonably import is loaded here.
 PRELOADED = """array base64 binascii bisect calendar cmath collections collections.abc contextlib copy
 csv dataclasses datetime decimal difflib enum fractions functools hashlib heapq html io ipaddress
@@ -59,52 +62,69 @@ weakref zlib encodings.idna""".split()
 
 # ----------------------------------------------------------------------------------------------
 # Values: a return value becomes JSON of built-ins with type tags, and back.
-# Encoding runs inside the test process, after the program, so it holds its own references to
-# the built-ins it uses (a program may have replaced them in `builtins`). A subclass of a built-in
-# type is read through the built-in type's own methods (an overridden __eq__ cannot survive);
-# anything else cannot be sent back and counts as a wrong output.
+# Encoding runs inside the test process, after the program, so it writes the JSON text itself with
+# references to built-ins taken before any program ran (a program may replace anything in
+# `builtins` or `json`). A subclass of a built-in type is read through the built-in type's own
+# methods, so an overridden __eq__ cannot survive; anything else cannot be sent back and counts
+# as a wrong output.
 # ----------------------------------------------------------------------------------------------
-def _make_encoder(type=type, issubclass=issubclass, len=len, bool=bool, int=int, float=float,
-                  complex=complex, str=str, bytes=bytes, bytearray=bytearray, list=list,
-                  tuple=tuple, dict=dict, set=set, frozenset=frozenset, TypeError=TypeError,
-                  ValueError=ValueError, dumps=json.dumps):
-    def plain(value, depth):
+def _make_encoder(type=type, issubclass=issubclass, bool=bool, int=int, float=float, complex=complex,
+                  str=str, bytes=bytes, bytearray=bytearray, list=list, tuple=tuple, dict=dict, set=set,
+                  frozenset=frozenset, TypeError=TypeError, ValueError=ValueError,
+                  quote=json.encoder.encode_basestring_ascii, join=",".join):
+    special_floats = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+    def number(text):
+        return special_floats.get(text, text)
+
+    def tagged(tag, items, depth):
+        return '{"' + tag + '":[' + join([text(item, depth + 1) for item in items]) + "]}"
+
+    def text(value, depth):
         if depth > MAX_DEPTH:
             raise ValueError("value nested too deeply")
         kind = type(value)
-        if value is None or kind is bool:
-            return value
+        if value is None:
+            return "null"
+        if kind is bool:
+            return "true" if value is True else "false"
         if issubclass(kind, int):
-            return int.__int__(value)
+            return int.__repr__(value)
         if issubclass(kind, float):
-            return float.__float__(value)
+            return number(float.__repr__(value))
         if issubclass(kind, str):
-            return str.__str__(value)
+            return quote(value)
         if issubclass(kind, complex):
-            return {"complex": [complex.real.__get__(value), complex.imag.__get__(value)]}
+            real, imag = complex.real.__get__(value), complex.imag.__get__(value)
+            return '{"complex":[' + number(float.__repr__(real)) + "," + number(float.__repr__(imag)) + "]}"
         if issubclass(kind, bytes):
-            return {"bytes": bytes.hex(value)}
+            return '{"bytes":"' + bytes.hex(value) + '"}'
         if issubclass(kind, bytearray):
-            return {"bytearray": bytearray.hex(value)}
+            return '{"bytearray":"' + bytearray.hex(value) + '"}'
         if issubclass(kind, list):
-            return [plain(item, depth + 1) for item in list.__iter__(value)]
+            return "[" + join([text(item, depth + 1) for item in list.__iter__(value)]) + "]"
         if issubclass(kind, tuple):
-            return {"tuple": [plain(item, depth + 1) for item in tuple.__iter__(value)]}
+            return tagged("tuple", tuple.__iter__(value), depth)
         if issubclass(kind, dict):
-            return {"dict": [[plain(k, depth + 1), plain(v, depth + 1)] for k, v in dict.items(value)]}
-        if issubclass(kind, (set, frozenset)):
-            tag = "set" if issubclass(kind, set) else "frozenset"
-            items = set.__iter__(value) if tag == "set" else frozenset.__iter__(value)
-            return {tag: [plain(item, depth + 1) for item in items]}
-        raise TypeError(f"cannot send back a {kind.__name__}")
+            return '{"dict":[' + join(["[" + text(k, depth + 1) + "," + text(v, depth + 1) + "]"
+                                       for k, v in dict.items(value)]) + "]}"
+        if issubclass(kind, set):
+            return tagged("set", set.__iter__(value), depth)
+        if issubclass(kind, frozenset):
+            return tagged("frozenset", frozenset.__iter__(value), depth)
+        raise TypeError("cannot send back a " + str.__str__(kind.__name__))
 
     def encode(value):
-        return dumps({"value": plain(value, 0)})
+        """'{"value": <tagged JSON>}'."""
+        return '{"value":' + text(value, 0) + "}"
 
-    return encode
+    def error(category, detail=""):
+        return '{"error":' + quote(category) + ',"detail":' + quote(detail[:300]) + "}"
+
+    return encode, error
 
 
-encode_value = _make_encoder()
+encode_value, encode_error = _make_encoder()
 
 _DECODERS = {
     "tuple": lambda items: tuple(decode_value(x) for x in items),
@@ -248,15 +268,15 @@ def _enter_namespaces(libc):
     return {"network": False, "pids": False}
 
 
-def _unprivileged_ids():
+def _unprivileged_ids(runner_pid):
+    """(uid, gid) for the programs of one runner: an id of their own, with no account behind it.
+
+    Only when we are root. Not the shared `nobody`: RLIMIT_NPROC counts per user, so a fork bomb
+    as `nobody` would leave other runners' programs unable to fork.
+    """
     if os.geteuid() != 0:
         return None
-    import pwd
-    try:
-        entry = pwd.getpwnam("nobody")
-        return entry.pw_uid, entry.pw_gid
-    except KeyError:
-        return 65534, 65534
+    return SANDBOX_ID_BASE + runner_pid, SANDBOX_ID_BASE + runner_pid
 
 
 def _run_test(program, call, workdir, result_w, output_w, timeout, ids):
@@ -286,7 +306,7 @@ def _run_test(program, call, workdir, result_w, output_w, timeout, ids):
     except BaseException:
         os._exit(71)
     # Held before the program runs: it may replace any of these in its own process.
-    write, exit_now, encode, frame, dumps = os.write, os._exit, encode_value, struct.pack, json.dumps
+    write, exit_now, encode, error, frame = os.write, os._exit, encode_value, encode_error, struct.pack
     type_, len_, MemoryError_, BaseException_ = type, len, MemoryError, BaseException
     stdout, stderr = sys.stdout, sys.stderr
     try:
@@ -297,16 +317,14 @@ def _run_test(program, call, workdir, result_w, output_w, timeout, ids):
             try:
                 message = encode(value)
             except BaseException_ as e:
-                message = dumps({"error": "wrong output",
-                                 "detail": f"unserializable return value: {e}"[:300]})
+                message = error("wrong output", f"unserializable return value: {e}")
         except MemoryError_:
-            message = '{"error": "out of memory"}'
+            message = error("out of memory")
         except BaseException_ as e:
             try:
-                detail = f"{type_(e).__name__}: {e}"[:300]
+                message = error("exception", f"{type_(e).__name__}: {e}")
             except BaseException_:
-                detail = "exception"
-            message = dumps({"error": "exception", "detail": detail})
+                message = error("exception")
         for stream in (stdout, stderr):  # what it printed, for the record; best effort
             try:
                 stream.flush()
@@ -314,8 +332,8 @@ def _run_test(program, call, workdir, result_w, output_w, timeout, ids):
                 pass
         data = message.encode("utf-8", "replace")
         if len_(data) > MAX_VALUE_BYTES:
-            data = b'{"error": "wrong output", "detail": "return value too large"}'
-        data = frame("<I", len(data)) + data
+            data = error("wrong output", "return value too large").encode()
+        data = frame("<I", len_(data)) + data
         while data:
             data = data[write(3, data):]
     finally:
@@ -370,10 +388,9 @@ def _verdict(test, timed_out):
     return {"error": "crashed", "detail": f"exited (status {code}) without a result"}
 
 
-def _supervise(job, isolation):
+def _supervise(job, isolation, ids):
     """Run every test call of a job, a few at a time, each in a fresh process; return the results."""
-    ids = _unprivileged_ids()
-    isolation["user"] = "nobody" if ids else "same as the evaluator"
+    isolation["user"] = f"uid {ids[0]} (no account)" if ids else "the evaluator's user"
     try:
         program = compile(job["code"], "<program>", "exec")
     except BaseException as e:  # SyntaxError, and the compiler's own limits (MemoryError, ...)
@@ -467,6 +484,7 @@ def serve(parent_pid):
             importlib.import_module(name)
         except ImportError:
             pass
+    ids = _unprivileged_ids(os.getpid())
     isolation = _enter_namespaces(libc)
     if isolation["pids"]:
         # The namespace's PID 1 is our first child; it serves the jobs, we wait. Its death (with ours,
@@ -478,7 +496,7 @@ def serve(parent_pid):
             os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
         _die_with_parent(libc, runner_pid)
     for line in sys.stdin.buffer:
-        reply = _supervise(json.loads(line), dict(isolation))
+        reply = _supervise(json.loads(line), dict(isolation), ids)
         data = (json.dumps(reply) + "\n").encode()
         while data:
             data = data[os.write(1, data):]
