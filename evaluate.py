@@ -43,7 +43,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("trajectories", help="trajectory JSONL (project schema or official offline file)")
     parser.add_argument("--out", help="scored JSONL (default: runs/<stem>.scored.jsonl)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                         help="sandboxes running side by side (default: number of cores)")
     parser.add_argument("--timeout", type=float, default=1.0,
                         help="seconds per test call, wall clock, as in the official evaluator")

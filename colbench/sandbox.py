@@ -35,7 +35,7 @@ import time
 
 # Limits of every test process.
 MEMORY_MB = 512  # RLIMIT_AS
-MAX_PROCESSES = 64  # RLIMIT_NPROC; counted per user, i.e. over the tests of one runner
+MAX_PROCESSES = 32  # RLIMIT_NPROC (threads count too); per user, i.e. over the tests of one runner
 MAX_FILE_MB = 16  # RLIMIT_FSIZE
 MAX_OPEN_FILES = 256  # RLIMIT_NOFILE
 MAX_VALUE_BYTES = 1 << 20  # one return value, encoded
