@@ -298,11 +298,12 @@ def main(args):
                 model.train()
                 optimizer.zero_grad()
                 chosen_scores, rejected_scores = [], []
-                for chosen, rejected in batch:  # one forward pass holds a pair; gradients accumulate over the batch
-                    with autocast():
-                        logps = sequence_logps(model, [encoded[key(chosen)]["ids"], encoded[key(rejected)]["ids"]])
-                    scores = [turn_advantages(lp, reference_logps[key(t)], encoded[key(t)]["spans"], normalize).sum()
-                              for lp, t in zip(logps, (chosen, rejected))]
+                for chosen, rejected in batch:  # gradients accumulate over the pairs of a batch
+                    scores = []
+                    for t in (chosen, rejected):  # one unpadded forward pass per trajectory, shaped as π_ref's was
+                        with autocast():
+                            critic_logps = sequence_logps(model, [encoded[key(t)]["ids"]])[0]
+                        scores.append(turn_advantages(critic_logps, reference_logps[key(t)], encoded[key(t)]["spans"], normalize).sum())
                     (bradley_terry_loss(scores[0][None], scores[1][None], args.beta) / len(batch)).backward()
                     chosen_scores.append(scores[0].detach())
                     rejected_scores.append(scores[1].detach())
