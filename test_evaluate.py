@@ -108,6 +108,9 @@ def hostile_programs(outside_dir, victim, port):
                              "lambda *a: True\nbuiltins.issubclass = lambda *a: True\nbuiltins.len = lambda x: 0\n"
                              "json.dumps = lambda *a, **k: '{\"value\": 2}'\ndef f(x):\n    return x * 3\n",
                              0.0, "wrong output"),
+        "tampers_builtins_right_answers": ("import builtins, json\nbuiltins.type = builtins.compile = None\n"
+                                           "builtins.eval = builtins.exec = lambda *a: 0\njson.dumps = None\n"
+                                           "def f(x):\n    return x * 2\n", 1.0, None),
         "always_equal_object": ("class Same:\n    def __eq__(self, other):\n        return True\n"
                                 "def f(x):\n    return Same()\n", 0.0, "wrong output"),
         "always_equal_int": ("class Same(int):\n    def __eq__(self, other):\n        return True\n"

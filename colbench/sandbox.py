@@ -279,9 +279,10 @@ def _unprivileged_ids(runner_pid):
     return SANDBOX_ID_BASE + runner_pid, SANDBOX_ID_BASE + runner_pid
 
 
-def _run_test(program, call, workdir, result_w, output_w, timeout, ids):
-    """In the forked test process: limits, drop privileges, run, report. Never returns."""
+def _run_test(code, call, workdir, result_w, output_w, timeout, ids):
+    """In the forked test process: limits, drop privileges, compile and run, report. Never returns."""
     try:
+        os.setpgid(0, 0)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -308,16 +309,22 @@ def _run_test(program, call, workdir, result_w, output_w, timeout, ids):
     # Held before the program runs: it may replace any of these in its own process.
     write, exit_now, encode, error, frame = os.write, os._exit, encode_value, encode_error, struct.pack
     type_, len_, MemoryError_, BaseException_ = type, len, MemoryError, BaseException
-    stdout, stderr = sys.stdout, sys.stderr
+    compile_, exec_, eval_, stdout, stderr = compile, exec, eval, sys.stdout, sys.stderr
     try:
         try:
-            namespace = {"__name__": "solution"}
-            exec(program, namespace)
-            value = eval(call, namespace)
+            # Compiled here, under the limits: even the compiler never sees the code as root.
             try:
-                message = encode(value)
-            except BaseException_ as e:
-                message = error("wrong output", f"unserializable return value: {e}")
+                program = compile_(code, "<program>", "exec")
+            except BaseException_ as e:  # SyntaxError, and the compiler's limits (MemoryError, ...)
+                message = error("syntax error", f"{type_(e).__name__}: {e}")
+            else:
+                namespace = {"__name__": "solution"}
+                exec_(program, namespace)
+                value = eval_(compile_(call, "<test>", "eval"), namespace)
+                try:
+                    message = encode(value)
+                except BaseException_ as e:
+                    message = error("wrong output", f"unserializable return value: {e}")
         except MemoryError_:
             message = error("out of memory")
         except BaseException_ as e:
@@ -391,12 +398,6 @@ def _verdict(test, timed_out):
 def _supervise(job, isolation, ids):
     """Run every test call of a job, a few at a time, each in a fresh process; return the results."""
     isolation["user"] = f"uid {ids[0]} (no account)" if ids else "the evaluator's user"
-    try:
-        program = compile(job["code"], "<program>", "exec")
-    except BaseException as e:  # SyntaxError, and the compiler's own limits (MemoryError, ...)
-        failure = {"error": "syntax error", "detail": f"{type(e).__name__}: {e}"[:300]}
-        return {"results": {name: dict(failure) for name, _ in job["calls"]}, "output": "",
-                "isolation": isolation}
     workdir = tempfile.mkdtemp(prefix="colbench-sandbox-")
     if ids:
         os.chown(workdir, *ids)
@@ -407,16 +408,11 @@ def _supervise(job, isolation, ids):
     timeout, at_once = float(job["timeout"]), int(job["tests_at_once"])
     while pending or running:
         while pending and len(running) < at_once:
-            name, call_text = pending.pop(0)
-            try:
-                call = compile(call_text, "<test>", "eval")
-            except BaseException as e:
-                results[name] = {"error": "exception", "detail": f"bad test call: {e}"[:300]}
-                continue
+            name, call = pending.pop(0)
             result_r, result_w = os.pipe()
             pid = os.fork()
             if pid == 0:
-                _run_test(program, call, workdir, result_w, output_w, timeout, ids)
+                _run_test(job["code"], call, workdir, result_w, output_w, timeout, ids)
             try:
                 os.setpgid(pid, pid)
             except (ProcessLookupError, PermissionError):
