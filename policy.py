@@ -9,6 +9,7 @@ solution c), pair a random candidate of the top half (chosen) with one of the bo
 (rejected), --pairs-per-turn per state, and train the policy with DPO plus an NLL term on the
 chosen reply (Eq. 4). Sampling, ranking and training are three phases, each with its own models:
 the critic and its reference are freed before training, so peak memory is that of the larger phase.
+In training, a pair's prompt is encoded once and both replies continue from its KV cache.
 --method mt-dpo (Multi-Turn DPO baseline): whole trajectories of one task paired by reward with
 critic.py's pairing rule, log-probs summed over all agent turns, the same loss.
 --method rft (Rejection Fine-Tuning baseline): supervised fine-tuning on the agent turns of the
@@ -65,13 +66,12 @@ parser.add_argument("--max-turns", type=int, default=10, help="the rollouts' tur
 parser.add_argument("--max-new-tokens", type=int, default=256, help="sweet: tokens per sampled reply at most")
 parser.add_argument("--temperature", type=float, default=1.0, help="sweet: sampling temperature of the candidates")
 parser.add_argument("--sample-batch-size", type=int, default=16, help="sweet: sequences per batched generate call")
-parser.add_argument("--min-reward-gap", type=float, default=0.1, help="mt-dpo: paired rewards differ by at least this")
+parser.add_argument("--min-reward-gap", type=float, default=0.0, help="mt-dpo: paired rewards differ by at least this (0: any difference)")
 parser.add_argument("--beta", type=float, default=0.1, help="DPO temperature beta' (Eq. 4)")
 parser.add_argument("--nll-coef", type=float, default=0.01, help="weight lambda of the NLL term on the chosen reply (Eq. 4)")
 parser.add_argument("--lr", type=float, default=5e-6, help="AdamW learning rate (paper: 2e-7 for 8B models)")
 parser.add_argument("--epochs", type=int, default=1, help="passes over the pairs (rft: the examples)")
-parser.add_argument("--batch-size", type=int, default=8, help="pairs (rft: examples) per optimizer step")
-parser.add_argument("--micro-batch-size", type=int, default=2, help="pairs per forward pass; gradients accumulate")
+parser.add_argument("--batch-size", type=int, default=8, help="pairs (rft: trajectories) per optimizer step, one per forward pass")
 parser.add_argument("--seed", type=int, default=0, help="seed for subsetting, sampling, pairing and shuffling")
 
 
@@ -213,21 +213,30 @@ def tokenize_completion(tokenizer, prompt, completion):
 
 
 def completion_logps(model, sequences):
-    """Summed log-probs of each sequence's completion tokens, and how many there are: [batch], [batch].
-
-    One reply for sweet, every agent turn of a trajectory for mt-dpo and rft."""
-    width = max(len(ids) for ids, _ in sequences)
-    input_ids = torch.zeros(len(sequences), width, dtype=torch.long)  # right padding, masked by lengths
-    attention_mask = torch.zeros(len(sequences), width, dtype=torch.long)
-    in_completion = torch.zeros(len(sequences), width - 1)
-    for row, (ids, spans) in enumerate(sequences):
-        input_ids[row, :len(ids)] = torch.tensor(ids)
-        attention_mask[row, :len(ids)] = 1
-        for start, end in spans:
-            in_completion[row, start - 1:end - 1] = 1  # token k is predicted at position k - 1
-    logps = token_logps(model, input_ids.to(model.device), attention_mask.to(model.device))  # [batch, width - 1]
-    in_completion = in_completion.to(model.device)
-    return (logps * in_completion).sum(-1), in_completion.sum(-1), int(attention_mask.sum())
+    """Summed log-probs of the completion tokens of sequences that share one prompt, and how many
+    tokens were scored and processed: [n], [n], int. One reply each for sweet, every agent turn of
+    a trajectory for mt-dpo and rft. The shared prompt is encoded once and its KV cache serves
+    every sequence; gradients flow through the cache."""
+    first = sequences[0][0]
+    shared = min(spans[0][0] for _, spans in sequences)
+    while any(ids[:shared] != first[:shared] for ids, _ in sequences):
+        shared -= 1  # share only identical tokens, should the tokenizer merge across the boundary
+    prefix = first[:shared - 1]  # the last shared token goes with each sequence: it predicts the next one
+    continuations = [ids[shared - 1:] for ids, _ in sequences]
+    longest = max(len(ids) for ids in continuations)
+    device = model.device
+    input_ids = torch.tensor([ids + [0] * (longest - len(ids)) for ids in continuations], device=device)
+    attention_mask = torch.tensor([[1] * (len(prefix) + len(ids)) + [0] * (longest - len(ids))
+                                   for ids in continuations], device=device)  # right padding, from the lengths
+    in_completion = torch.zeros(len(sequences), longest - 1, device=device)
+    for row, (_, spans) in enumerate(sequences):
+        for start, end in spans:  # token k of the whole sequence is predicted at continuation position k - shared
+            in_completion[row, start - shared:end - shared] = 1
+    cache = model(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values
+    cache.batch_repeat_interleave(len(sequences))
+    logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # [n, longest - 1]
+    tokens = len(prefix) + sum(len(ids) for ids in continuations)
+    return (logps * in_completion).sum(-1), in_completion.sum(-1), tokens
 
 
 def autocast(model):
@@ -235,38 +244,35 @@ def autocast(model):
 
 
 @torch.no_grad()
-def add_reference_logps(model, examples, batch_size):
+def add_reference_logps(model, examples):
     """The frozen reference policy pi_ref = the policy before training: its log-probs, computed once."""
     model.eval()
-    for batch in tqdm(chunks(examples, batch_size), desc="reference log-probs", unit="batch"):
+    for example in tqdm(examples, desc="reference log-probs", unit="pair"):
         with autocast(model):
-            logps, _, _ = completion_logps(model, [e["chosen"] for e in batch] + [e["rejected"] for e in batch])
-        for example, chosen, rejected in zip(batch, logps[:len(batch)].tolist(), logps[len(batch):].tolist()):
-            example["reference_chosen_logps"], example["reference_rejected_logps"] = chosen, rejected
+            logps, _, _ = completion_logps(model, [example["chosen"], example["rejected"]])
+        example["reference_chosen_logps"], example["reference_rejected_logps"] = logps.tolist()
     model.train()
 
 
-def batch_loss(model, batch, args):
-    """The loss of one micro-batch and its statistics (summed over its examples, for averaging)."""
+def example_loss(model, example, args):
+    """The loss of one pair (rft: one trajectory), its statistics, and the tokens processed."""
     if args.method == "rft":
-        logps, counts, tokens = completion_logps(model, [e["completion"] for e in batch])
-        nll = -logps / counts  # [examples]: mean over each trajectory's agent tokens
-        return nll.mean(), {"nll": nll.sum().item()}, tokens
-    logps, counts, tokens = completion_logps(model, [e["chosen"] for e in batch] + [e["rejected"] for e in batch])
-    chosen_logps, rejected_logps = logps[:len(batch)], logps[len(batch):]  # [pairs] each
-    reference = torch.tensor([[e["reference_chosen_logps"], e["reference_rejected_logps"]] for e in batch],
-                             device=logps.device)  # [pairs, 2]
+        logps, counts, tokens = completion_logps(model, [example["completion"]])
+        nll = (-logps / counts).sum()  # the mean over the trajectory's agent tokens
+        return nll, {"nll": nll.item()}, tokens
+    logps, counts, tokens = completion_logps(model, [example["chosen"], example["rejected"]])  # [2] each
     loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
-        chosen_logps, rejected_logps, reference[:, 0], reference[:, 1], -chosen_logps / counts[:len(batch)],
+        logps[:1], logps[1:], torch.tensor([example["reference_chosen_logps"]], device=logps.device),
+        torch.tensor([example["reference_rejected_logps"]], device=logps.device), -logps[:1] / counts[:1],
         args.beta, args.nll_coef)
-    return loss, {"accuracy": (chosen_rewards > rejected_rewards).float().sum().item(),
-                  "margin": (chosen_rewards - rejected_rewards).sum().item(),
-                  "chosen_logps": chosen_logps.detach().sum().item(),
-                  "rejected_logps": rejected_logps.detach().sum().item()}, tokens
+    return loss, {"accuracy": float(chosen_rewards.item() > rejected_rewards.item()),
+                  "margin": (chosen_rewards - rejected_rewards).item(),
+                  "chosen_logps": logps[0].item(), "rejected_logps": logps[1].item()}, tokens
 
 
 def train(model, examples, args, rng, log_path):
-    """AdamW over shuffled batches, gradients accumulated over micro-batches; one log line per step."""
+    """AdamW over shuffled batches, one pair per forward pass, gradients accumulated over a batch;
+    one log line per optimizer step, its statistics averaged over the batch."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     steps_per_epoch = (len(examples) + args.batch_size - 1) // args.batch_size
     history = []
@@ -275,24 +281,24 @@ def train(model, examples, args, rng, log_path):
             order = rng.sample(examples, len(examples))
             for step, batch in enumerate(chunks(order, args.batch_size), epoch * steps_per_epoch + 1):
                 start, tokens, totals = time.time(), 0, {"loss": 0.0}
-                for micro in chunks(batch, args.micro_batch_size):
+                for example in batch:
                     with autocast(model):
-                        loss, stats, micro_tokens = batch_loss(model, micro, args)
-                    (loss * len(micro) / len(batch)).backward()
-                    tokens += micro_tokens
-                    totals["loss"] += loss.item() * len(micro)
-                    for key, value in stats.items():
-                        totals[key] = totals.get(key, 0.0) + value
+                        loss, stats, example_tokens = example_loss(model, example, args)
+                    (loss / len(batch)).backward()
+                    tokens += example_tokens
+                    totals["loss"] += loss.item()
+                    for name, value in stats.items():
+                        totals[name] = totals.get(name, 0.0) + value
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
                 optimizer.zero_grad()
-                record = {"step": step, "epoch": epoch, **{k: v / len(batch) for k, v in totals.items()},
+                record = {"step": step, "epoch": epoch + 1, **{k: v / len(batch) for k, v in totals.items()},
                           "tokens_per_s": tokens / (time.time() - start)}
                 log.write(json.dumps(record) + "\n")
                 log.flush()
                 history.append(record)
-                print(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
-                      flush=True)
+                print(f"step {step}/{steps_per_epoch * args.epochs} | " + " | ".join(
+                    f"{k} {v:.4g}" for k, v in record.items() if k not in ("step", "epoch")), flush=True)
     return history
 
 
@@ -341,7 +347,7 @@ def main(args):
     else:
         examples = [{"chosen": tokenize_completion(tokenizer, row["prompt"], row["chosen"]),
                      "rejected": tokenize_completion(tokenizer, row["prompt"], row["rejected"])} for row in rows]
-        add_reference_logps(model, examples, args.micro_batch_size)
+        add_reference_logps(model, examples)
     start = time.time()
     history = train(model, examples, args, rng, os.path.join(out, "log.jsonl"))
     model.save_pretrained(out)
