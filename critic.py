@@ -60,10 +60,13 @@ parser.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate"
 parser.add_argument("--epochs", type=int, default=2, help="passes over the training pairs")
 parser.add_argument("--batch-size", type=int, default=8, help="pairs per optimizer step (one pair per forward pass)")
 parser.add_argument("--eval-fraction", type=float, default=0.1, help="fraction of the paired tasks held out")
-parser.add_argument("--min-reward-gap", type=float, default=0.0, help="pair two trajectories only when their rewards differ by at least this (0: any difference)")
+parser.add_argument("--min-reward-gap", type=float, default=0.0,
+                    help="pair two trajectories of a task only when their rewards differ by at least this (0: any difference)")
 parser.add_argument("--max-length", type=int, default=2048, help="tokens per critic sequence at most; the oldest turns go first")
-parser.add_argument("--no-reference", action="store_true", help="leave out the reference solution c (ablation: w/o training-time information)")
-parser.add_argument("--no-normalize", action="store_true", help="sum over a turn's tokens instead of averaging (ablation: w/o normalization)")
+parser.add_argument("--no-reference", action="store_true",
+                    help="leave out the reference solution c (ablation: w/o training-time information)")
+parser.add_argument("--no-normalize", action="store_true",
+                    help="sum over a turn's tokens instead of averaging (ablation: w/o normalization)")
 parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass to save memory")
 parser.add_argument("--fp32", action="store_true", help="no bf16 autocast (slower on CPU, exact)")
 parser.add_argument("--seed", type=int, default=0, help="seed for the split, the pair order and the model")
@@ -135,6 +138,11 @@ def key(trajectory):
     return trajectory["task_id"], trajectory["sample_idx"]
 
 
+def pair_accuracy(margins):
+    """Fraction of pairs whose chosen trajectory scores higher; a tie (as when θ = ref) counts half."""
+    return ((margins > 0).float() + 0.5 * (margins == 0).float()).mean().item()
+
+
 def preference_pairs(trajectories, min_reward_gap):
     """[(chosen, rejected)]: trajectories of the same task whose rewards differ by at least
     `min_reward_gap` (and differ at all), chosen = higher reward. Ordered by task, then sample_idx."""
@@ -180,6 +188,8 @@ def score_candidates(critic, task, history, candidates):
     """A(o_t, a, c) of each candidate reply a to the dialogue `history` (ending with a user turn).
     The shared prefix is encoded once by the critic and once by π_ref; its KV cache serves all
     candidates in one batch. Equals scoring each full sequence on its own, up to float rounding."""
+    if not candidates:
+        return []
     encoded = [tokenize_turns(critic.tokenizer, critic_messages(
         task, history + [{"role": "assistant", "content": reply}], critic.use_reference)) for reply in candidates]
     shared = min(spans[-1][0] for _, spans in encoded)  # tokens before the earliest candidate start
@@ -199,8 +209,11 @@ def score_candidates(critic, task, history, candidates):
         cache.batch_repeat_interleave(len(candidates))
         logps.append(token_logps(model, input_ids, attention_mask, past_key_values=cache))  # [candidates, longest - 1]
     offset = len(prefix)  # token k of the full sequence is token k - offset of its continuation
-    return [turn_advantages(logps[0][i], logps[1][i], [(start - offset, end - offset)], critic.normalize).item()
-            for i, (_, spans) in enumerate(encoded) for start, end in spans[-1:]]
+    scores = []
+    for i, (_, spans) in enumerate(encoded):
+        start, end = spans[-1]
+        scores.append(turn_advantages(logps[0][i], logps[1][i], [(start - offset, end - offset)], critic.normalize).item())
+    return scores
 
 
 # ---------------------------------------------------------------- training
@@ -242,7 +255,8 @@ def main(args):
               "no held-out accuracy, no advantages.jsonl lines")
 
     device = default_device()
-    model, tokenizer = load_model(args.model, trainable=True, device=device)
+    base_model = resolve_model(args.model)
+    model, tokenizer = load_model(base_model, trainable=True, device=device)
     model.float()  # fp32 master weights; the forward pass runs under bf16 autocast
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -264,7 +278,7 @@ def main(args):
     # π_ref = the initial critic: its log-probs, one forward pass per trajectory, computed once.
     model.eval()
     with torch.no_grad(), autocast():
-        reference_logps = {key: sequence_logps(model, [e["ids"]])[0] for key, e in
+        reference_logps = {name: sequence_logps(model, [e["ids"]])[0] for name, e in
                            tqdm(encoded.items(), desc="π_ref log-probs", unit="traj")}
 
     def evaluate():
@@ -278,7 +292,7 @@ def main(args):
         chosen = torch.stack([advantages[key(c)].sum() for c, _ in eval_pairs])
         rejected = torch.stack([advantages[key(r)].sum() for _, r in eval_pairs])
         margin = chosen - rejected
-        return {"pair_accuracy": ((margin > 0).float() + 0.5 * (margin == 0).float()).mean().item(),
+        return {"pair_accuracy": pair_accuracy(margin),
                 "mean_margin": margin.mean().item(), "loss": bradley_terry_loss(chosen, rejected, args.beta).item()}, advantages
 
     before, _ = evaluate()
@@ -315,7 +329,7 @@ def main(args):
                 margin = chosen_scores - rejected_scores
                 record = {"step": step, "epoch": epoch + 1,
                           "loss": bradley_terry_loss(chosen_scores, rejected_scores, args.beta).item(),
-                          "pair_accuracy": (margin > 0).float().mean().item(), "margin": margin.mean().item(),
+                          "pair_accuracy": pair_accuracy(margin), "margin": margin.mean().item(),
                           "chosen_score": chosen_scores.mean().item(), "rejected_score": rejected_scores.mean().item(),
                           "tokens_per_s": tokens / (time.time() - started)}
                 log.write(json.dumps(record) + "\n")
@@ -330,8 +344,8 @@ def main(args):
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     with open(os.path.join(out, "args.json"), "w") as f:
-        json.dump(dict(vars(args), model_path=os.path.abspath(resolve_model(args.model))
-                       if os.path.isdir(resolve_model(args.model)) else args.model), f, indent=1)
+        base_path = os.path.abspath(base_model) if os.path.isdir(base_model) else base_model  # a folder, or a hub id
+        json.dump(dict(vars(args), model_path=base_path), f, indent=1)
     metrics = {"tasks": len(tasks), "trajectories": len(used), "pairs": len(pairs),
                "train_tasks": len(tasks) - n_eval, "train_pairs": len(train_pairs),
                "eval_tasks": n_eval, "eval_pairs": len(eval_pairs), "steps": step,
