@@ -395,6 +395,24 @@ def _verdict(test, timed_out):
     return {"error": "crashed", "detail": f"exited (status {code}) without a result"}
 
 
+def _end_leftovers():
+    """Kill and reap what the program left behind, before the next job (zombies count as processes)."""
+    while True:
+        if os.getpid() == 1:  # PID 1 of our namespace: kill(-1) reaches exactly the rest of it
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return
+        if os.getpid() != 1:
+            return  # without a namespace of our own, orphans are not ours to reap
+        time.sleep(0.001)
+
+
 def _supervise(job, isolation, ids):
     """Run every test call of a job, a few at a time, each in a fresh process; return the results."""
     isolation["user"] = f"uid {ids[0]} (no account)" if ids else "the evaluator's user"
@@ -452,20 +470,13 @@ def _supervise(job, isolation, ids):
             results[test.name] = _verdict(test, timed_out and test.message() is None)
             os.close(fd)
             del running[fd]
-    if os.getpid() == 1:  # PID 1 of the namespace: end everything the program left, before replying
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
-    except ChildProcessError:
-        pass
+    _end_leftovers()
     try:
         output += os.read(output_r, KEPT_OUTPUT_BYTES)[: max(0, KEPT_OUTPUT_BYTES - len(output))]
     except BlockingIOError:
         pass
+    os.close(output_r)
+    os.close(output_w)
     shutil.rmtree(workdir, ignore_errors=True)
     return {"results": results, "output": output.decode("utf-8", "replace"), "isolation": isolation}
 
