@@ -367,3 +367,14 @@ def test_eval_values_round_trip_with_types():
         deep = [deep]
     with pytest.raises(ValueError):
         encode_value(deep)
+
+
+def test_eval_fork_bomb_leaves_the_next_program_able_to_fork():
+    from colbench.sandbox import Sandbox
+    bomb = "import os\ndef f(x):\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass\n"
+    forker = ("import os\ndef f(x):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n"
+              "    os.waitpid(pid, 0)\n    return x\n")
+    with Sandbox(timeout=0.5) as sandbox:  # one runner: the same user id for both programs
+        assert sandbox.run(bomb, [("a", "f(1)")])["results"]["a"]["error"] == "timeout"
+        assert sandbox.run(forker, [("a", "f(1)"), ("b", "f(2)")])["results"] == {"a": {"value": 1},
+                                                                                   "b": {"value": 2}}
