@@ -237,7 +237,8 @@ def main(argv=None):
 
     summary = summarize(records)
     summary.update(scored=len(to_score), seconds=round(seconds, 2),
-                   trajectories_per_s=round(len(to_score) / seconds, 2) if seconds > 0 else None)
+                   trajectories_per_s=round(len(to_score) / seconds, 2) if seconds > 0 else None,
+                   args=vars(args))
     print(f"{summary['trajectories']} trajectories, {summary['tasks']} tasks: "
           f"{summary['mean_tests_passed_pct']:.1f}% tests passed, "
           f"{summary['success_rate_pct']:.1f}% success")
