@@ -52,6 +52,7 @@ def test_tasks_sizes_families_and_schema():
     for task in train + test:
         assert task["tier"] in ("easy", "medium", "hard")
         assert list(task["test_cases"]) == [f"test{i}" for i in range(1, 11)]
+        assert len(set(task["test_cases"].values())) == 10, task["task_id"]  # ten distinct calls
         assert task["hidden_facts"] and all(fact.strip() for fact in task["hidden_facts"])
         name = re.search(r"^def (\w+)\(", task["ground_truth"], re.M).group(1)
         signature = task["problem_description"].split(SIGNATURE)[1].strip()
