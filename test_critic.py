@@ -185,3 +185,16 @@ def test_critic_without_pairs_or_rewards_exits_with_a_clear_message(tmp_path, ti
     unscored = write_jsonl(tmp_path / "unscored.jsonl", [{k: v for k, v in scored(TIP_TASK, 0, ["a"], 0.5).items() if k != "reward"}])
     result = run_script("critic.py", unscored, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
     assert result.returncode != 0 and "no numeric 'reward'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
+    from colbench.env import SYSTEM_PROMPTS
+    if "frontend" not in SYSTEM_PROMPTS:
+        pytest.skip("colbench/env.py has no frontend system prompt yet")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    page = {"task_id": "page", "problem_description": "A landing page for my bakery.",
+            "ground_truth": "<html><body><h1>Fresh bread</h1><p>Open daily.</p></body></html>"}
+    trajectory = scored(page, 0, ["What colours do you like?", "I WANT TO ANSWER: <html><body><h1>Bread</h1></body></html>"], 0.6)
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, page, trajectory["dialogue_history"], True, 10_000)
+    assert "<h1>Fresh bread</h1>" in tokenizer.decode(ids[:spans[0][0]]) and (len(spans), dropped, note) == (2, 0, "")
+    assert tokenizer.decode(ids[spans[1][0]:spans[1][1]]).startswith("I WANT TO ANSWER: <html>")
