@@ -15,8 +15,8 @@ Training makes the sum of a trajectory's advantages rank the chosen one above th
 (Eq. 2). Written to the critic folder (--out): the critic as a Hugging Face checkpoint, args.json,
 log.jsonl (one line per step), metrics.json (held-out pair accuracy before and after training),
 and advantages.jsonl (the advantage of each turn of each held-out trajectory: which turn the critic
-credits or blames). policy.py imports `critic_messages`, `load_critic`, `score_candidates` and
-`preference_pairs` from here.
+credits or blames). policy.py imports `load_critic`, `score_candidates` (a candidate reply's advantage,
+the shared dialogue encoded once) and `preference_pairs` (the pairing rule) from here.
 
 Where this departs from the paper or the official code:
 - Each turn's advantage is a mean over that turn's tokens, as in Eq. 3. The official code takes one
