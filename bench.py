@@ -8,6 +8,9 @@ eval_vs_inprocess: trajectories/s of evaluate.py (sandboxed, parallel) on genera
 ~10% of which hang on every test, over the official evaluator's way: `exec` the code in the
 evaluator's own process and time each test with SIGALRM, one trajectory after another.
 Target: >= 3x on 2 cores.
+
+rollout_batching: tokens/s of the embedded agent stepping 8 dialogues with one batched `generate`
+per turn (what rollout.py does) over the same 8 dialogues one at a time. Target: >= 4x.
 """
 import json
 import os
@@ -109,8 +112,34 @@ def bench_eval_vs_inprocess(timeout=0.5):
     return round(ratio, 2)
 
 
+def bench_rollout_batching(dialogues=8, max_new_tokens=64):
+    """Tokens/s of one batched agent turn over 8 dialogues vs the same 8 turns one at a time."""
+    import torch
+    from colbench.data import load_tasks
+    from colbench.env import Episode
+    from colbench.models import LocalChat
+    agent = LocalChat()
+    tasks = load_tasks(os.path.join(HERE, "colbench", "data", "backend_test.jsonl"))[:dialogues]
+    views = [Episode(task, 0, max_turns=10).agent_view() for task in tasks]
+    agent.chat(views[:1], max_new_tokens=4)  # warm-up
+
+    def tokens_per_second(batches):
+        torch.manual_seed(0)
+        start, tokens = time.time(), 0
+        for batch in batches:
+            tokens += sum(reply.tokens for reply in agent.chat(batch, max_new_tokens, temperature=1.0))
+        return tokens / (time.time() - start)
+
+    batched = tokens_per_second([views])
+    one_by_one = tokens_per_second([[view] for view in views])
+    print(f"rollout: {batched:.1f} tokens/s with {dialogues} dialogues batched, {one_by_one:.1f} one at a time "
+          f"-> {batched / one_by_one:.2f}x (target >= 4x)")
+    return round(batched / one_by_one, 2)
+
+
 def main():
-    ratios = {"eval_vs_inprocess": bench_eval_vs_inprocess()}
+    ratios = {"eval_vs_inprocess": bench_eval_vs_inprocess(),
+              "rollout_batching": bench_rollout_batching()}
     print(json.dumps(ratios))
 
 
