@@ -97,13 +97,13 @@ def turn_prompt(task, history, max_turns):
 # --- the SWEET-RL part: sample candidates, rank them with the critic, pair top half with bottom half
 
 def turn_states(trajectories):
-    """(trajectory, turn index, history) for every agent turn; history = the dialogue before it."""
+    """(trajectory, agent turn number, history) for every agent turn; history = the dialogue before it."""
     states = []
     for trajectory in trajectories:
         dialogue = plain(trajectory["dialogue_history"])
         for i, turn in enumerate(dialogue):
             if turn["role"] == "assistant" and i > 0 and dialogue[i - 1]["role"] == "user":
-                states.append((trajectory, i, dialogue[:i]))
+                states.append((trajectory, sum(t["role"] == "assistant" for t in dialogue[:i]), dialogue[:i]))
     return states
 
 
@@ -138,6 +138,9 @@ def sweet_pairs(trajectories, args, rng, device):
     states = turn_states(trajectories)
     if not states:
         sys.exit("error: no agent turn follows a user turn in these trajectories: nothing to rank")
+    critic_dir = args.critic or default_output(args.scored, ".critic")
+    if not os.path.isdir(critic_dir):
+        sys.exit(f"error: no critic at {critic_dir}: run `python critic.py {args.scored}` first, or pass --critic")
     model, tokenizer = load_model(args.model, device=device)
     if device == "cpu":
         model.to(torch.bfloat16)  # sampling only: bf16 generates about twice as fast on CPU
@@ -147,9 +150,6 @@ def sweet_pairs(trajectories, args, rng, device):
     del model
     gc.collect()
 
-    critic_dir = args.critic or default_output(args.scored, ".critic")
-    if not os.path.isdir(critic_dir):
-        sys.exit(f"error: no critic at {critic_dir}: run `python critic.py {args.scored}` first, or pass --critic")
     critic = load_critic(critic_dir, device=device)
     rows = []
     for (trajectory, turn, history), replies in tqdm(list(zip(states, candidates)), desc="ranking", unit="state"):

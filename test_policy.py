@@ -155,6 +155,9 @@ def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model)
     result = run_script("policy.py", failed, "--method", "rft", "--model", tiny_model, "--out", str(tmp_path / "p"),
                         check=False)
     assert result.returncode != 0 and "no successful trajectory" in result.stderr and "Traceback" not in result.stderr
+    result = run_script("policy.py", failed, "--critic", str(tmp_path / "nowhere"), "--model", tiny_model,
+                        "--out", str(tmp_path / "p"), check=False)
+    assert result.returncode != 0 and "no critic at" in result.stderr and "critic.py" in result.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task": {}}\n')
     result = run_script("policy.py", str(bad), "--model", tiny_model, check=False)
