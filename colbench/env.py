@@ -3,7 +3,12 @@
 The human opens with the vague problem description. Each agent turn either asks or proposes,
 or starts with ANSWER_MARKER followed by the final answer; the turn budget's last reply is the
 answer whatever it says. The simulated human (colbench/simulators.py) answers everything else.
+
+Frontend: a turn may hold one HTML page (`<html>...</html>`); the simulated human compares its
+screenshot with the reference. The final answer is the last page the agent proposed in any turn.
 """
+import re
+
 from colbench.data import task_kind
 
 ANSWER_MARKER = "I WANT TO ANSWER:"
@@ -16,6 +21,13 @@ SYSTEM_PROMPTS = {
         "first, one per turn. When you know enough, reply with " + ANSWER_MARKER + " followed by the "
         "complete Python function and nothing else."
     ),
+    "frontend": (
+        "You are helping a person build a web page. Their request is vague: the colors, layout, "
+        "navigation, sections and text they want live only in their head. Each turn, show them one "
+        "complete page as <html>...</html> with its CSS in a <style> tag (no scripts, no links to "
+        "other files), and they will tell you how it differs from what they want. When it is right, "
+        "reply with " + ANSWER_MARKER + " followed by the final page."
+    ),
 }
 LAST_TURN_NOTE = " This is your last turn: reply with " + ANSWER_MARKER + " and your final answer now."
 
@@ -27,8 +39,22 @@ def agent_messages(task, dialogue, last_turn=False):
         {"role": turn["role"], "content": turn["content"]} for turn in dialogue]
 
 
-def extract_answer(task, text):
-    """The final answer inside an agent's last reply: what follows the marker, if any."""
+# From an opening <html> (or <!DOCTYPE html>) to its </html>, or to the end of a reply cut short.
+PAGE = re.compile(r"(?:<!doctype\s+html[^>]*>\s*)?<html\b.*?(?:</html\s*>|\Z)", re.IGNORECASE | re.DOTALL)
+
+
+def html_page(text):
+    """The page an agent's reply proposes: its last <html> snippet, or None."""
+    pages = PAGE.findall(text)
+    return pages[-1].strip() if pages else None
+
+
+def extract_answer(task, text, last_page=None):
+    """The final answer inside an agent's last reply: what follows the marker, if any.
+
+    Frontend: the page of this reply, else `last_page` (the last one proposed before), else ''."""
+    if task_kind(task) == "frontend":
+        return html_page(text) or last_page or ""
     return text.split(ANSWER_MARKER, 1)[1].strip() if ANSWER_MARKER in text else text.strip()
 
 
@@ -41,6 +67,7 @@ class Episode:
         self.agent_turns = 0
         self.answer = None
         self.answered_with_marker = False
+        self.last_page = None  # frontend: the latest page the agent proposed
 
     @property
     def done(self):
@@ -55,7 +82,9 @@ class Episode:
         self.agent_turns += 1
         self.answered_with_marker = ANSWER_MARKER in reply.text
         if self.answered_with_marker or self.agent_turns >= self.max_turns:
-            self.answer = extract_answer(self.task, reply.text)
+            self.answer = extract_answer(self.task, reply.text, self.last_page)
+        if task_kind(self.task) == "frontend":
+            self.last_page = html_page(reply.text) or self.last_page
         return self.done
 
     def add_human_turn(self, text):

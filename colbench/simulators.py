@@ -7,13 +7,22 @@ gets the next fact not yet told; anything else gets "I don't know". It never sho
 Facts tie-broken: the best-matching ones (at most two), those not yet told first.
 `--simulator URL`: an OpenAI-compatible chat server; `--simulator MODEL`: a local Hugging Face
 model. Both play the human from a prompt holding the reference solution, at temperature 0.
+Frontend tasks (an HTML reference; colbench/frontend.py): the embedded human compares the
+screenshots and HTML of the agent's latest page and the reference page; a URL must serve a
+vision model, which gets both screenshots. Each task gets the human of its kind, so one file
+may mix kinds.
 """
 import ast
 import re
 
-from colbench.models import open_chat
+from colbench import frontend
+from colbench.data import task_kind
+from colbench.env import html_page
+from colbench.models import EndpointChat, open_chat
+from colbench.render import render_many
 
 MAX_REPLY_CHARS = 400
+REPLY_LIMITS = {"backend": (MAX_REPLY_CHARS, 128), "frontend": (frontend.MAX_REPLY_CHARS, 256)}  # (chars, tokens)
 DONT_KNOW = "I don't know, I haven't thought about that."
 
 # Words that carry no meaning for matching a question to a fact.
@@ -64,9 +73,14 @@ class EmbeddedSimulator:
     name = "embedded"
 
     def respond(self, episodes):
+        # Frontend: render the agents' pages side by side first; reply() then finds them in the render cache.
+        render_many([html_page(dialogue[-1]["content"]) or "" for task, dialogue in episodes
+                     if task_kind(task) == "frontend"])
         return [self.reply(task, dialogue) for task, dialogue in episodes]
 
     def reply(self, task, dialogue):
+        if task_kind(task) == "frontend":
+            return frontend.embedded_reply(task, dialogue)
         facts = task.get("hidden_facts") or facts_from_code(task["ground_truth"])
         told = " ".join(turn["content"] for turn in dialogue if turn["role"] == "user")
         asked = words(dialogue[-1]["content"])
@@ -98,6 +112,10 @@ class ChatSimulator:
         self.name = spec
 
     def conversation(self, task, dialogue):
+        if task_kind(task) == "frontend":
+            if not isinstance(self.model, EndpointChat):
+                raise SystemExit("error: frontend tasks need --simulator embedded or the URL of a vision model server")
+            return frontend.vision_messages(task, dialogue)
         hidden = task["ground_truth"]
         if task.get("hidden_facts"):
             hidden += "\n\nIn words:\n" + "\n".join(f"- {fact}" for fact in task["hidden_facts"])
@@ -107,10 +125,14 @@ class ChatSimulator:
                 {"role": "user", "content": f"The conversation so far:\n\n{transcript}\n\nYour reply:"}]
 
     def respond(self, episodes):
-        replies = self.model.chat([self.conversation(task, dialogue) for task, dialogue in episodes],
-                                  max_new_tokens=128, temperature=0.0)
-        return [without_reference(reply.text, task["ground_truth"])[:MAX_REPLY_CHARS]
-                for reply, (task, _) in zip(replies, episodes)]
+        answers = [None] * len(episodes)
+        for kind, (max_chars, max_tokens) in REPLY_LIMITS.items():
+            mine = [i for i, (task, _) in enumerate(episodes) if task_kind(task) == kind]
+            replies = self.model.chat([self.conversation(*episodes[i]) for i in mine],
+                                      max_new_tokens=max_tokens, temperature=0.0) if mine else []
+            for i, reply in zip(mine, replies):
+                answers[i] = without_reference(reply.text, episodes[i][0]["ground_truth"])[:max_chars]
+        return answers
 
 
 def without_reference(reply, reference):
