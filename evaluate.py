@@ -1,4 +1,4 @@
-"""Score trajectories: backend answers by unit tests (frontend by CLIP, to come), print the metrics.
+"""Score trajectories: backend answers by unit tests, frontend pages by CLIP, print the metrics.
 
     python evaluate.py runs/backend_train.traj.jsonl     # -> runs/backend_train.scored.jsonl
 
@@ -17,6 +17,12 @@ reference's under Python's `==` (so 0 == 0.0) and the reference's value is not N
 official evaluator, no model-written code (reference solutions included) runs in this process:
 everything runs in colbench/sandbox.py, which sends the return values back as plain data, and the
 comparison happens here. Reference values are computed once per task.
+
+Frontend trajectories (an HTML reference): the final page and the reference page are rendered by
+headless chromium (colbench/render.py; a page that fails counts as blank) and `reward` is the
+cosine similarity of their CLIP image embeddings (`--clip`, the paper's checkpoint by default).
+`--against OTHER.scored.jsonl` adds the win rate per task both files hold (ties count 1/2), as the
+paper's win rate against GPT-4o.
 """
 import argparse
 import collections
@@ -31,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from tqdm import tqdm
 
+from colbench import frontend
 from colbench.data import DataError, default_output, load_trajectories, task_kind
 from colbench.sandbox import Sandbox
 
@@ -50,6 +57,9 @@ def parse_args(argv=None):
     parser.add_argument("--summary-json", help="also write the summary metrics to this file")
     parser.add_argument("--keep-rewards", action="store_true",
                         help="keep a `reward` already in the input instead of re-scoring that line")
+    parser.add_argument("--clip", default=frontend.DEFAULT_CLIP,
+                        help="CLIP checkpoint for frontend rewards: a local folder (model + image processor) or hub id")
+    parser.add_argument("--against", help="another scored JSONL: print the win rate per task both files hold")
     return parser.parse_args(argv)
 
 
@@ -167,8 +177,24 @@ def score_backend(records, args, progress):
     return isolation
 
 
-# Scorers by task kind: each adds `reward` and `success` to its records. Frontend (CLIP) plugs in here.
-SCORERS = {"backend": score_backend}
+# --- frontend scoring ------------------------------------------------------------------------------
+def score_frontend(records, args, progress):
+    """Add `reward` (CLIP cosine of the final page with the reference page) to each frontend record."""
+    try:
+        scorer = frontend.ClipScorer(args.clip)
+        rewards = frontend.score_pages(scorer, [r["answer"] for r in records],
+                                       [r["task"]["ground_truth"] for r in records])
+    except (frontend.ClipUnavailable, frontend.ChromiumMissing) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    for record, reward in zip(records, rewards):
+        record.update(reward=reward, answered_page=bool(record["answer"].strip()))
+    progress.update(len(records))
+    return {}
+
+
+# Scorers by task kind: each adds `reward` (and `success` where it has a meaning) to its records.
+SCORERS = {"backend": score_backend, "frontend": score_frontend}
 
 
 # --- metrics -----------------------------------------------------------------------------------------
@@ -181,6 +207,13 @@ def summarize(records):
     by_task = collections.defaultdict(list)
     for record in records:
         by_task[record["task_id"]].append(record)
+    if all(task_kind(r["task"]) == "frontend" for r in records):
+        summary = {"trajectories": len(records), "tasks": len(by_task),
+                   "mean_cosine": round(sum(r["reward"] for r in records) / len(records), 4)}
+        if max(len(samples) for samples in by_task.values()) > 1:
+            summary["best_of_k_cosine"] = round(sum(max(r["reward"] for r in s) for s in by_task.values())
+                                                / len(by_task), 4)
+        return summary
     summary = {"trajectories": len(records), "tasks": len(by_task),
                "mean_tests_passed_pct": pct(r["reward"] for r in records),
                "success_rate_pct": pct(bool(r.get("success", r["reward"] == 1)) for r in records)}
@@ -235,18 +268,44 @@ def main(argv=None):
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     os.replace(out + ".tmp", out)
 
-    summary = summarize(records)
+    kinds = collections.defaultdict(list)
+    for record in records:
+        kinds[task_kind(record["task"])].append(record)
+    summary = summarize(kinds["backend"]) if kinds["backend"] else {}
+    if kinds["frontend"]:
+        summary["frontend"] = summarize(kinds["frontend"])
+        front = summary["frontend"]
+        print(f"frontend: {front['trajectories']} trajectories, {front['tasks']} tasks: mean CLIP cosine "
+              f"{front['mean_cosine']:.4f}" + (f", best-of-k {front['best_of_k_cosine']:.4f}"
+                                               if "best_of_k_cosine" in front else ""))
+    if args.against:
+        try:
+            others = load_trajectories(args.against)
+        except DataError as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+        mine, theirs = collections.defaultdict(list), collections.defaultdict(list)
+        for record in records:
+            mine[record["task_id"]].append(record["reward"])
+        for record in others:
+            if isinstance(record.get("reward"), (int, float)):
+                theirs[record["task_id"]].append(record["reward"])
+        rate, wins, ties, losses = frontend.win_rate(mine, theirs)
+        summary["win_rate"] = {"against": args.against, "rate": rate, "wins": wins, "ties": ties, "losses": losses}
+        print(f"win rate against {args.against}: " + (f"{100 * rate:.1f}%" if rate is not None else "n/a")
+              + f" over {wins + ties + losses} matched tasks ({wins} wins, {ties} ties, {losses} losses)")
     summary.update(scored=len(to_score), seconds=round(seconds, 2),
                    trajectories_per_s=round(len(to_score) / seconds, 2) if seconds > 0 else None,
                    args=vars(args))
-    print(f"{summary['trajectories']} trajectories, {summary['tasks']} tasks: "
-          f"{summary['mean_tests_passed_pct']:.1f}% tests passed, "
-          f"{summary['success_rate_pct']:.1f}% success")
-    if "best_of_k" in summary:
-        best = summary["best_of_k"]
-        print(f"best-of-{best['k']}: {best['tests_passed_pct']:.1f}% tests passed, "
-              f"{best['success_rate_pct']:.1f}% success")
-    print(f"failures: {summary['failures']}")
+    if kinds["backend"]:
+        print(f"{summary['trajectories']} trajectories, {summary['tasks']} tasks: "
+              f"{summary['mean_tests_passed_pct']:.1f}% tests passed, "
+              f"{summary['success_rate_pct']:.1f}% success")
+        if "best_of_k" in summary:
+            best = summary["best_of_k"]
+            print(f"best-of-{best['k']}: {best['tests_passed_pct']:.1f}% tests passed, "
+                  f"{best['success_rate_pct']:.1f}% success")
+        print(f"failures: {summary['failures']}")
     print(f"scored {len(to_score)} in {seconds:.1f} s ({summary['trajectories_per_s']} trajectories/s)")
     print(f"wrote {out}")
     if args.summary_json:
