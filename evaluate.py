@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from colbench import frontend
 from colbench.data import DataError, default_output, load_trajectories, task_kind
+from colbench.render import ChromiumMissing
 from colbench.sandbox import Sandbox
 
 ANSWER_MARKER = "I WANT TO ANSWER:"
@@ -184,7 +185,7 @@ def score_frontend(records, args, progress):
         scorer = frontend.ClipScorer(args.clip)
         rewards = frontend.score_pages(scorer, [r["answer"] for r in records],
                                        [r["task"]["ground_truth"] for r in records])
-    except (frontend.ClipUnavailable, frontend.ChromiumMissing) as e:
+    except (frontend.ClipUnavailable, ChromiumMissing) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     for record, reward in zip(records, rewards):

@@ -24,7 +24,7 @@ import urllib.parse
 import numpy
 
 from colbench.env import html_page
-from colbench.render import ChromiumMissing, blank_image, render, render_many  # noqa: F401 (ChromiumMissing: for callers)
+from colbench.render import blank_image, render, render_many
 
 MAX_REPLY_CHARS = 1000
 MAX_DIFFERENCES = 3     # the human names at most this many differences per turn
