@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from colbench import distributed
 from colbench.data import DataError, default_output, load_trajectories
 from colbench.env import agent_messages
 from colbench.models import default_device, load_model, resolve_model, token_logps, tokenize_turns
@@ -110,9 +111,9 @@ def fit_to_length(tokenizer, task, dialogue, use_reference, max_length):
 def sequence_logps(model, sequences):
     """Token log-probs of each id list, one padded forward pass: a [len - 1] tensor per sequence
     (entry i - 1 is token i's). Masks come from the lengths; the padding id does not matter."""
-    longest = max(len(ids) for ids in sequences)
-    input_ids = torch.tensor([ids + [0] * (longest - len(ids)) for ids in sequences], device=model.device)
-    attention_mask = torch.tensor([[1] * len(ids) + [0] * (longest - len(ids)) for ids in sequences], device=model.device)
+    longest, device = max(len(ids) for ids in sequences), next(model.parameters()).device
+    input_ids = torch.tensor([ids + [0] * (longest - len(ids)) for ids in sequences], device=device)
+    attention_mask = torch.tensor([[1] * len(ids) + [0] * (longest - len(ids)) for ids in sequences], device=device)
     logps = token_logps(model, input_ids, attention_mask)
     return [row[: len(ids) - 1] for row, ids in zip(logps, sequences)]
 
@@ -219,6 +220,7 @@ def score_candidates(critic, task, history, candidates):
 # ---------------------------------------------------------------- training
 
 def main(args):
+    rank, world = distributed.init()  # torchrun: this process's rank and the number of processes
     out = args.out or default_output(args.scored, ".critic")
     print("critic:", json.dumps(vars(args)), f"-> {out}", flush=True)
     random.seed(args.seed)
@@ -278,8 +280,10 @@ def main(args):
     # π_ref = the initial critic: its log-probs, one forward pass per trajectory, computed once.
     model.eval()
     with torch.no_grad(), autocast():
-        reference_logps = {name: sequence_logps(model, [e["ids"]])[0] for name, e in
-                           tqdm(encoded.items(), desc="π_ref log-probs", unit="traj")}
+        mine = sorted(encoded)[rank::world]  # torchrun: each rank takes a share, then all share all
+        reference_logps = dict(distributed.gather(
+            (name, sequence_logps(model, [encoded[name]["ids"]])[0])
+            for name in tqdm(mine, desc="π_ref log-probs", unit="traj", disable=rank > 0)))
 
     def evaluate():
         """Held-out pair accuracy (ties count half), mean margin, loss; per-turn advantages per trajectory."""
@@ -287,8 +291,9 @@ def main(args):
             return {}, {}
         model.eval()
         with torch.no_grad(), autocast():
-            advantages = {key(t): turn_advantages(sequence_logps(model, [encoded[key(t)]["ids"]])[0], reference_logps[key(t)],
-                                                 encoded[key(t)]["spans"], normalize) for t in eval_trajectories}
+            advantages = dict(distributed.gather(  # torchrun: each rank scores a share
+                (key(t), turn_advantages(sequence_logps(model, [encoded[key(t)]["ids"]])[0], reference_logps[key(t)],
+                                         encoded[key(t)]["spans"], normalize)) for t in eval_trajectories[rank::world]))
         chosen = torch.stack([advantages[key(c)].sum() for c, _ in eval_pairs])
         rejected = torch.stack([advantages[key(r)].sum() for _, r in eval_pairs])
         margin = chosen - rejected
@@ -301,31 +306,36 @@ def main(args):
 
     os.makedirs(out, exist_ok=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    trained = distributed.wrap(model)  # torchrun: DistributedDataParallel averages gradients across ranks
     steps_per_epoch = (len(train_pairs) + args.batch_size - 1) // args.batch_size
     step = 0
-    with open(os.path.join(out, "log.jsonl"), "w") as log:
+    with open(os.path.join(out, "log.jsonl") if rank == 0 else os.devnull, "w") as log:
         for epoch in range(args.epochs):
             order = train_pairs[:]
             rng.shuffle(order)
             for first in range(0, len(order), args.batch_size):
-                batch, started, tokens = order[first:first + args.batch_size], time.time(), 0
+                batch, started = order[first:first + args.batch_size], time.time()
                 model.train()
                 optimizer.zero_grad()
-                chosen_scores, rejected_scores = [], []
-                for chosen, rejected in batch:  # gradients accumulate over the pairs of a batch
-                    scores = []
-                    for t in (chosen, rejected):  # one unpadded forward pass per trajectory, shaped as π_ref's was
-                        with autocast():
-                            critic_logps = sequence_logps(model, [encoded[key(t)]["ids"]])[0]
-                        scores.append(turn_advantages(critic_logps, reference_logps[key(t)], encoded[key(t)]["spans"], normalize).sum())
-                    (bradley_terry_loss(scores[0][None], scores[1][None], args.beta) / len(batch)).backward()
-                    chosen_scores.append(scores[0].detach())
-                    rejected_scores.append(scores[1].detach())
-                    tokens += len(encoded[key(chosen)]["ids"]) + len(encoded[key(rejected)]["ids"])
+                shares, scored = distributed.shard(batch, rank, world), []  # torchrun: this rank's pairs
+                for i, ((chosen, rejected), weight) in enumerate(shares):  # gradients accumulate over the pairs
+                    with distributed.sync_on_last(trained, i, len(shares)):
+                        scores = []
+                        for t in (chosen, rejected):  # one unpadded forward pass per trajectory, shaped as π_ref's was
+                            with autocast():
+                                critic_logps = sequence_logps(trained, [encoded[key(t)]["ids"]])[0]
+                            scores.append(turn_advantages(critic_logps, reference_logps[key(t)], encoded[key(t)]["spans"], normalize).sum())
+                        # The mean over the global batch; DDP's average over ranks divides by `world` again.
+                        (bradley_terry_loss(scores[0][None], scores[1][None], args.beta) * weight * world / len(batch)).backward()
+                    if weight:
+                        scored.append((scores[0].item(), scores[1].item(),
+                                       len(encoded[key(chosen)]["ids"]) + len(encoded[key(rejected)]["ids"])))
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
                 step += 1
-                chosen_scores, rejected_scores = torch.stack(chosen_scores), torch.stack(rejected_scores)
+                scored = distributed.gather(scored)  # torchrun: the whole global batch, for the log
+                chosen_scores, rejected_scores = torch.tensor([c for c, _, _ in scored]), torch.tensor([r for _, r, _ in scored])
+                tokens = sum(n for _, _, n in scored)
                 margin = chosen_scores - rejected_scores
                 record = {"step": step, "epoch": epoch + 1,
                           "loss": bradley_terry_loss(chosen_scores, rejected_scores, args.beta).item(),
@@ -340,6 +350,8 @@ def main(args):
                       f"{record['tokens_per_s']:.0f} tok/s", flush=True)
 
     after, advantages = evaluate()
+    if rank > 0:
+        return  # torchrun: rank 0 alone writes the outputs
     model.eval()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -198,3 +198,19 @@ def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
     ids, spans, dropped, note = critic.fit_to_length(tokenizer, page, trajectory["dialogue_history"], True, 10_000)
     assert "<h1>Fresh bread</h1>" in tokenizer.decode(ids[:spans[0][0]]) and (len(spans), dropped, note) == (2, 0, "")
     assert tokenizer.decode(ids[spans[1][0]:spans[1][1]]).startswith("I WANT TO ANSWER: <html>")
+
+
+def test_critic_under_torchrun_with_2_processes_matches_1_process(tmp_path, tiny_model):
+    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
+    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",  # 5: one rank gets a padding pass
+              "--eval-fraction", "0.25", "--fp32"]
+    run_script("critic.py", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "critic.py", *common,
+                        "--out", str(tmp_path / "two"))
+    assert result.stdout.count("done:") == 1  # rank 0 alone prints
+    one, two = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("one", "two"))
+    assert one["steps"] == two["steps"] and one["after"]["pair_accuracy"] == two["after"]["pair_accuracy"]
+    assert two["after"]["loss"] == pytest.approx(one["after"]["loss"], rel=1e-3, abs=1e-4)
+    losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "two")]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-3, abs=1e-4)
+    assert sorted(os.listdir(tmp_path / "two")) == sorted(os.listdir(tmp_path / "one"))
