@@ -302,14 +302,14 @@ def test_eval_bad_input_names_file_line_field(tmp_path, content, expected):
     assert "Traceback" not in process.stderr
 
 
-def test_eval_missing_file_and_frontend(tmp_path):
+def test_eval_missing_file_and_frontend_without_clip_weights(tmp_path):
     process, _, _ = evaluate(str(tmp_path / "absent.jsonl"))
     assert process.returncode == 2 and "no such file" in process.stderr and "Traceback" not in process.stderr
     page = trajectory("<html><body>hi</body></html>")
     page["task"] = {"task_id": "page", "problem_description": "A page.", "ground_truth": "<html><body>x</body></html>"}
     process, _, _ = evaluate(write_jsonl(tmp_path / "front.jsonl", [page]))
     assert process.returncode == 2
-    assert "frontend scoring not yet available" in process.stderr and "Traceback" not in process.stderr
+    assert "--clip PATH" in process.stderr and "Traceback" not in process.stderr  # offline: says how to pass a checkpoint
 
 
 def test_eval_refuses_to_overwrite_its_input(tmp_path):
