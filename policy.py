@@ -33,8 +33,11 @@ Where this departs from the paper or the official code:
 - Frontend trajectories are accepted: a text critic ranks their replies from the dialogue text
   and the reference page's HTML. The paper's frontend critic was a vision-language model with a
   regression head.
-- Defaults are sized for the 135M embedded model on CPU: lr 5e-6 (paper: 2e-7 for 8B models),
-  bf16 autocast with fp32 master weights on CPU, bf16 weights on CUDA.
+- RFT keeps the trajectories whose `success` is true (backend: every test passes); a file without
+  `success` counts a reward of 1.0 as success.
+- Defaults are sized for the 135M embedded model on CPU: lr 5e-6 (paper: 2e-7 for 8B models).
+  Training keeps fp32 master weights and runs its forward passes under bf16 autocast; candidates
+  are sampled by a bf16 copy.
 """
 import argparse
 import gc
@@ -50,7 +53,7 @@ from tqdm import tqdm
 
 from colbench.data import DataError, default_output, load_trajectories
 from colbench.env import agent_messages
-from colbench.models import chat_text, generate, load_model, tokenize_turns, token_logps
+from colbench.models import chat_text, default_device, generate, load_model, tokenize_turns, token_logps
 from critic import load_critic, preference_pairs, score_candidates
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -142,8 +145,7 @@ def sweet_pairs(trajectories, args, rng, device):
     if not os.path.isdir(critic_dir):
         sys.exit(f"error: no critic at {critic_dir}: run `python critic.py {args.scored}` first, or pass --critic")
     model, tokenizer = load_model(args.model, device=device)
-    if device == "cpu":
-        model.to(torch.bfloat16)  # sampling only: bf16 generates about twice as fast on CPU
+    model.to(torch.bfloat16)  # sampling only: on CPU bf16 generates about twice as fast as fp32
     prompts = [chat_text(tokenizer, turn_prompt(t["task"], history, args.max_turns), add_generation_prompt=True)
                for t, _, history in states]
     candidates = sample_candidates(model, tokenizer, prompts, args.candidates, args)
@@ -323,7 +325,7 @@ def main(args):
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "args.json"), "w") as f:
         json.dump(vars(args), f, indent=2)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = default_device()
 
     if args.method == "sweet":
         rows, states = sweet_pairs(trajectories, args, rng, device)
@@ -338,10 +340,11 @@ def main(args):
     write_jsonl(data_path, rows)
     if not rows:
         sys.exit({"sweet": "error: no pairs: every candidate of every state scored the same",
-                  "mt-dpo": f"error: no pairs: no two trajectories of a task differ in reward by {args.min_reward_gap}",
+                  "mt-dpo": f"error: no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap}",
                   "rft": "error: no successful trajectory to fine-tune on"}[args.method])
 
     model, tokenizer = load_model(args.model, trainable=True, device=device)
+    model.float()  # fp32 master weights (bf16 would round lr-sized updates away); forward passes under bf16 autocast
     if args.method == "rft":
         examples = [{"completion": tokenize_completion(tokenizer, row["prompt"], row["completion"])} for row in rows]
     else:
