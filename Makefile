@@ -4,7 +4,7 @@ PYTHON ?= python3
 PIP := $(PYTHON) -m pip install -q --disable-pip-version-check
 STAMP := runs/.installed
 
-.PHONY: demo test install
+.PHONY: demo experiment test install
 
 $(STAMP): requirements.txt
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)   # renders frontend pages
@@ -17,5 +17,8 @@ install: $(STAMP)
 test: install
 	$(PYTHON) -m pytest -q -x test_all.py
 
-demo: install
-	$(PYTHON) rollout.py colbench/data/backend_train.jsonl --limit 4 --max-turns 3 --max-new-tokens 128 --out runs/demo/train.traj.jsonl
+demo: install   # the whole chain on the embedded model, ~30 min on 2 CPU cores (colbench/demo.py)
+	$(PYTHON) -m colbench.demo
+
+experiment: install   # longer: more tasks and the RFT / Multi-Turn DPO baselines
+	$(PYTHON) -m colbench.demo --experiment

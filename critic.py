@@ -283,7 +283,7 @@ def main(args):
         mine = sorted(encoded)[rank::world]  # torchrun: each rank takes a share, then all share all
         reference_logps = dict(distributed.gather(
             (name, sequence_logps(model, [encoded[name]["ids"]])[0])
-            for name in tqdm(mine, desc="π_ref log-probs", unit="traj", disable=rank > 0)))
+            for name in tqdm(mine, desc="π_ref log-probs", unit="traj")))
 
     def evaluate():
         """Held-out pair accuracy (ties count half), mean margin, loss; per-turn advantages per trajectory."""

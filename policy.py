@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from colbench import distributed
 from colbench.data import DataError, default_output, load_trajectories
 from colbench.env import agent_messages
 from colbench.models import chat_text, default_device, generate, load_model, tokenize_turns, token_logps
@@ -136,10 +137,11 @@ def top_bottom_pairs(scores, pairs_per_turn, rng):
     return rng.sample(crossing, min(pairs_per_turn, len(crossing)))
 
 
-def sweet_pairs(trajectories, args, rng, device):
+def sweet_pairs(trajectories, args, rng, device, rank=0, world=1):
     """Phase 1 samples with the policy, phase 2 ranks with the critic; each phase frees its models."""
-    states = turn_states(trajectories)
-    if not states:
+    all_states = turn_states(trajectories)
+    states = all_states[rank::world]  # torchrun: each rank samples and ranks a share of the states
+    if not all_states:
         sys.exit("error: no agent turn follows a user turn in these trajectories: nothing to rank")
     critic_dir = args.critic or default_output(args.scored, ".critic")
     if not os.path.isdir(critic_dir):
@@ -164,7 +166,7 @@ def sweet_pairs(trajectories, args, rng, device):
                          "chosen_score": scores[c], "rejected_score": scores[r]})
     del critic
     gc.collect()
-    return rows, len(states)
+    return distributed.gather(rows), len(all_states)  # torchrun: every rank gets all the pairs
 
 
 def dpo_nll_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
@@ -226,7 +228,7 @@ def completion_logps(model, sequences):
     prefix = first[:shared - 1]  # the last shared token goes with each sequence: it predicts the next one
     continuations = [ids[shared - 1:] for ids, _ in sequences]
     longest = max(len(ids) for ids in continuations)
-    device = model.device
+    device = next(model.parameters()).device
     input_ids = torch.tensor([ids + [0] * (longest - len(ids)) for ids in continuations], device=device)
     attention_mask = torch.tensor([[1] * (len(prefix) + len(ids)) + [0] * (longest - len(ids))
                                    for ids in continuations], device=device)  # right padding, from the lengths
@@ -242,17 +244,20 @@ def completion_logps(model, sequences):
 
 
 def autocast(model):
-    return torch.autocast(device_type=model.device.type, dtype=torch.bfloat16)
+    return torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16)
 
 
 @torch.no_grad()
-def add_reference_logps(model, examples):
+def add_reference_logps(model, examples, rank=0, world=1):
     """The frozen reference policy pi_ref = the policy before training: its log-probs, computed once."""
     model.eval()
-    for example in tqdm(examples, desc="reference log-probs", unit="pair"):
-        with autocast(model):
-            logps, _, _ = completion_logps(model, [example["chosen"], example["rejected"]])
-        example["reference_chosen_logps"], example["reference_rejected_logps"] = logps.tolist()
+    mine = []
+    for i in tqdm(range(rank, len(examples), world), desc="reference log-probs", unit="pair"):
+        with autocast(model):  # torchrun: each rank takes a share, then all share all
+            logps, _, _ = completion_logps(model, [examples[i]["chosen"], examples[i]["rejected"]])
+        mine.append((i, logps.tolist()))
+    for i, (chosen, rejected) in distributed.gather(mine):
+        examples[i]["reference_chosen_logps"], examples[i]["reference_rejected_logps"] = chosen, rejected
     model.train()
 
 
@@ -272,25 +277,30 @@ def example_loss(model, example, args):
                   "chosen_logps": logps[0].item(), "rejected_logps": logps[1].item()}, tokens
 
 
-def train(model, examples, args, rng, log_path):
+def train(model, examples, args, rng, log_path, rank=0, world=1):
     """AdamW over shuffled batches, one pair per forward pass, gradients accumulated over a batch;
     one log line per optimizer step, its statistics averaged over the batch."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    trained = distributed.wrap(model)  # torchrun: DistributedDataParallel averages gradients across ranks
     steps_per_epoch = (len(examples) + args.batch_size - 1) // args.batch_size
     history = []
-    with open(log_path, "w") as log:
+    with open(log_path if rank == 0 else os.devnull, "w") as log:
         for epoch in range(args.epochs):
             order = rng.sample(examples, len(examples))
             for step, batch in enumerate(chunks(order, args.batch_size), epoch * steps_per_epoch + 1):
-                start, tokens, totals = time.time(), 0, {"loss": 0.0}
-                for example in batch:
-                    with autocast(model):
-                        loss, stats, example_tokens = example_loss(model, example, args)
-                    (loss / len(batch)).backward()
-                    tokens += example_tokens
-                    totals["loss"] += loss.item()
-                    for name, value in stats.items():
-                        totals[name] = totals.get(name, 0.0) + value
+                start, measured = time.time(), []
+                shares = distributed.shard(batch, rank, world)  # torchrun: this rank's pairs
+                for i, (example, weight) in enumerate(shares):
+                    with distributed.sync_on_last(trained, i, len(shares)):
+                        with autocast(model):
+                            loss, stats, example_tokens = example_loss(trained, example, args)
+                        # The mean over the global batch; DDP's average over ranks divides by `world` again.
+                        (loss * weight * world / len(batch)).backward()
+                    if weight:
+                        measured.append(dict(stats, loss=loss.item(), tokens=example_tokens))
+                measured = distributed.gather(measured)  # torchrun: the whole global batch, for the log
+                tokens = sum(m.pop("tokens") for m in measured)
+                totals = {name: sum(m[name] for m in measured) for name in measured[0]}
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
                 optimizer.zero_grad()
@@ -305,6 +315,7 @@ def train(model, examples, args, rng, log_path):
 
 
 def main(args):
+    rank, world = distributed.init()  # torchrun: this process's rank and the number of processes
     out = args.out or default_output(args.scored, ".policy")
     print("policy:", json.dumps(vars(args)), f"-> {out}/", flush=True)
     random.seed(args.seed)
@@ -323,12 +334,12 @@ def main(args):
         keep = max(1, round(args.data_fraction * len(trajectories)))
         trajectories = [trajectories[i] for i in sorted(rng.sample(range(len(trajectories)), keep))]
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "args.json"), "w") as f:
+    with open(os.path.join(out, "args.json") if rank == 0 else os.devnull, "w") as f:
         json.dump(vars(args), f, indent=2)
     device = default_device()
 
     if args.method == "sweet":
-        rows, states = sweet_pairs(trajectories, args, rng, device)
+        rows, states = sweet_pairs(trajectories, args, rng, device, rank, world)
         print(f"{len(rows)} pairs from {states} turn states of {len(trajectories)} trajectories")
     elif args.method == "mt-dpo":
         rows = mt_dpo_pairs(trajectories, args)
@@ -337,7 +348,7 @@ def main(args):
         rows = rft_examples(trajectories, args)
         print(f"{len(rows)} successful trajectories of {len(trajectories)}")
     data_path = os.path.join(out, "sft.jsonl" if args.method == "rft" else "pairs.jsonl")
-    write_jsonl(data_path, rows)
+    write_jsonl(data_path if rank == 0 else os.devnull, rows)
     if not rows:
         sys.exit({"sweet": "error: no pairs: every candidate of every state scored the same",
                   "mt-dpo": f"error: no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap}",
@@ -350,9 +361,12 @@ def main(args):
     else:
         examples = [{"chosen": tokenize_completion(tokenizer, row["prompt"], row["chosen"]),
                      "rejected": tokenize_completion(tokenizer, row["prompt"], row["rejected"])} for row in rows]
-        add_reference_logps(model, examples)
+        add_reference_logps(model, examples, rank, world)
     start = time.time()
-    history = train(model, examples, args, rng, os.path.join(out, "log.jsonl"))
+    # The training order has its own seed, so every torchrun rank draws the same one.
+    history = train(model, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), rank, world)
+    if rank > 0:
+        return  # torchrun: rank 0 alone writes the checkpoint
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     last = history[-1]

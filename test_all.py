@@ -3,22 +3,37 @@
 The scripts are run as subprocesses on tiny fixtures, as a user would run them; the losses are
 checked against values computed by hand.
 """
+import argparse
+import ast
+from collections import Counter
 import http.server
 import json
+import math
 import os
+import random
+import re
 import signal
+import socket
+import statistics
 import subprocess
 import sys
 import threading
 import time
 
+from PIL import Image
 import pytest
 import torch
+from transformers import AutoTokenizer
 
-from colbench.data import DataError, derive_task_id, load_tasks, load_trajectories
-from colbench.env import ANSWER_MARKER, Episode
-from colbench.models import EndpointChat, Reply, tokenize_turns
+from colbench import frontend
+from colbench.data import DataError, derive_task_id, load_tasks, load_trajectories, task_kind
+from colbench.env import ANSWER_MARKER, Episode, html_page
+from colbench.models import EndpointChat, Reply, load_model, tokenize_turns
+from colbench.render import render
+from colbench.sandbox import decode_value, encode_value
 from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
+import critic
+from evaluate import extract_code
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -292,3 +307,1003 @@ def test_turn_spans_select_exactly_the_assistant_tokens(tiny_model):
     assert [tokenizer.decode(ids[a:b]) for a, b in spans] == ["What percent? 18%<|im_end|>", " def f(x):\n  return 1<|im_end|>"]
     outside = [k for k in range(len(ids)) if not any(a <= k < b for a, b in spans)]
     assert "percent" not in tokenizer.decode([ids[k] for k in outside])
+
+
+# ================================================================ Tests of the shipped backend task set (colbench/data/backend_{train,test}.jsonl).
+
+DATA = os.path.join(ROOT, "colbench", "data")
+TRAIN = os.path.join(DATA, "backend_train.jsonl")
+TEST = os.path.join(DATA, "backend_test.jsonl")
+SIGNATURE = "The signature of the function is:"
+TRIVIAL_NUMBERS = {0, 1, 2, 10, 100}
+
+# Runs every reference on its own tests in a fresh namespace, in a child process, and prints
+# {task_id: [repr(output), ...]}; run twice to check the outputs are deterministic.
+RUN_REFERENCES = """
+import json, sys
+results = {}
+for path in sys.argv[1:]:
+    for line in open(path, encoding="utf-8"):
+        task = json.loads(line)
+        namespace = {}
+        exec(task["ground_truth"], namespace)
+        results[task["task_id"]] = [repr(eval(call, namespace)) for call in task["test_cases"].values()]
+print(json.dumps(results))
+"""
+
+
+def tasks():
+    return load_tasks(TRAIN), load_tasks(TEST)
+
+
+def request_part(task):
+    """The description without its final signature line (which may name parameters)."""
+    return task["problem_description"].split(SIGNATURE)[0]
+
+
+def test_tasks_sizes_families_and_schema():
+    train, test = tasks()
+    assert len(train) >= 400 and len(test) >= 100
+    train_families = {t["family"] for t in train}
+    test_families = {t["family"] for t in test}
+    assert len(train_families | test_families) >= 40
+    assert len(test_families - train_families) >= 10
+    assert all(t["task_id"] == f"backend-train-{i:04d}" for i, t in enumerate(train, 1))
+    assert all(t["task_id"] == f"backend-test-{i:04d}" for i, t in enumerate(test, 1))
+    for task in train + test:
+        assert task["tier"] in ("easy", "medium", "hard")
+        assert list(task["test_cases"]) == [f"test{i}" for i in range(1, 11)]
+        assert len(set(task["test_cases"].values())) == 10, task["task_id"]  # ten distinct calls
+        assert task["hidden_facts"] and all(fact.strip() for fact in task["hidden_facts"])
+        name = re.search(r"^def (\w+)\(", task["ground_truth"], re.M).group(1)
+        signature = task["problem_description"].split(SIGNATURE)[1].strip()
+        assert signature.startswith(f"def {name}(") and signature in task["ground_truth"]
+        assert all(call.startswith(name + "(") for call in task["test_cases"].values())
+
+
+def test_tasks_easy_tier_in_both_sets():
+    for split in tasks():
+        tiers = Counter(t["tier"] for t in split)
+        assert tiers["easy"] >= 0.25 * len(split)
+        assert tiers["medium"] and tiers["hard"]
+        assert len({t["family"] for t in split if t["tier"] == "easy"}) >= 3
+
+
+def test_tasks_no_task_repeats_across_sets():
+    train, test = tasks()
+    assert not {t["ground_truth"] for t in train} & {t["ground_truth"] for t in test}
+
+
+def test_tasks_references_pass_their_tests_deterministically():
+    runs = [subprocess.run([sys.executable, "-c", RUN_REFERENCES, TRAIN, TEST], capture_output=True,
+                           text=True, timeout=120, check=True).stdout for _ in range(2)]
+    assert runs[0] == runs[1]
+    outputs = json.loads(runs[0])
+    assert len(outputs) == sum(len(split) for split in tasks())
+    for task_id, results in outputs.items():
+        assert len(results) == 10, task_id
+        assert "None" not in results, task_id
+        assert len(set(results)) > 1, task_id
+
+
+def test_tasks_descriptions_hide_the_constants():
+    for task in sum(tasks(), []):
+        request = request_part(task)
+        numbers_said = {float(token) for token in re.findall(r"\d+(?:\.\d+)?", request)}
+        words_said = request.lower()
+        inputs = " ".join(task["test_cases"].values())
+        for node in ast.walk(ast.parse(task["ground_truth"])):
+            if not isinstance(node, ast.Constant):
+                continue
+            value = node.value
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if abs(value) in TRIVIAL_NUMBERS:
+                    continue
+                spoken = {abs(value), round(abs(value) * 100, 6)}  # 0.15 may be said as 15 percent
+                assert not spoken & numbers_said, (task["task_id"], value)
+            elif isinstance(value, str) and len(value.strip()) > 3 and value not in inputs:
+                # a string the function produces (a label, a format piece) is a hidden detail
+                pattern = r"(?<!\w)" + re.escape(value.strip().lower()) + r"(?!\w)"
+                assert not re.search(pattern, words_said), (task["task_id"], value)
+
+
+def test_tasks_regeneration_is_byte_identical(tmp_path):
+    subprocess.run([sys.executable, "-m", "colbench.backend_tasks", "--out", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=120)
+    for name in ("backend_train.jsonl", "backend_test.jsonl"):
+        with open(os.path.join(DATA, name), "rb") as shipped, open(tmp_path / name, "rb") as fresh:
+            assert shipped.read() == fresh.read(), name
+
+
+# ================================================================ Tests of evaluate.py and the sandbox: the real script on hostile and honest programs.
+
+REFERENCE = "def f(x):\n    return x * 2\n"
+CALLS = {"test1": "f(1)", "test2": "f(2)", "test3": "f(3)"}
+
+
+def trajectory(answer, task_id="double", reference=REFERENCE, calls=CALLS, **extra):
+    task = {"task_id": task_id, "problem_description": "Double a number.", "ground_truth": reference,
+            "test_cases": calls}
+    return {"task_id": task_id, "task": task, "dialogue_history": [{"role": "user", "content": "hi"}],
+            "answer": answer, **extra}
+
+
+
+
+def evaluate(path, *args, timeout=60):
+    """Run the real script; returns (completed process, scored records or None, summary or None)."""
+    out, summary = path + ".scored.jsonl", path + ".summary.json"
+    command = [sys.executable, os.path.join(ROOT, "evaluate.py"), path, "--out", out, "--summary-json", summary,
+               *args]
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    stdout, stderr = running.communicate(timeout=timeout)
+    process = subprocess.CompletedProcess(command, running.returncode, stdout, stderr)
+    process.pid = running.pid  # sandbox runners carry it: `sandbox.py --serve PID`
+    if process.returncode != 0:
+        return process, None, None
+    with open(out) as f:
+        records = [json.loads(line) for line in f]
+    with open(summary) as f:
+        return process, records, json.load(f)
+
+
+def processes_with(marker):
+    """PIDs of live processes whose command line contains `marker`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if marker in cmdline and not zombie:
+            found.append(int(pid))
+    return found
+
+
+# --- hostile programs, all in one batch with honest ones ------------------------------------------
+def hostile_programs(outside_dir, victim, port):
+    """name -> (program, expected reward, expected category of a failing test or None)."""
+    return {
+        "loop_forever": ("def f(x):\n    while True:\n        pass\n", 0.0, "timeout"),
+        "loop_at_module_level": ("while True:\n    pass\ndef f(x):\n    return x * 2\n", 0.0, "timeout"),
+        "loop_on_some_inputs": ("def f(x):\n    while x == 2:\n        pass\n    return x * 2\n", 2 / 3, "timeout"),
+        "fork_bomb": ("import os\ndef f(x):\n    while True:\n        try:\n            os.fork()\n"
+                      "        except OSError:\n            pass\n", 0.0, "timeout"),
+        "leaves_children": ("import os, time\ndef f(x):\n    if os.fork() == 0:\n        os.setsid()\n"
+                            "        while True:\n            pass\n    if os.fork() == 0:\n"
+                            "        time.sleep(1000)\n    return x * 2\n", 1.0, None),
+        "unbounded_memory": ("def f(x):\n    hoard = []\n    while True:\n        hoard.append(bytes(10**8))\n",
+                             0.0, "out of memory"),
+        "endless_recursion": ("def f(x):\n    return f(x) + 1\n", 0.0, "exception"),
+        "segfault": ("import ctypes\ndef f(x):\n    return ctypes.string_at(0)\n", 0.0, "crashed"),
+        "os_system": ("import os\ndef f(x):\n    os.system('sleep 31.337 &')\n"
+                      f"    os.system('touch {outside_dir}/os_system_was_here')\n    return x * 2\n", 1.0, None),
+        "subprocess": ("import subprocess\ndef f(x):\n    subprocess.Popen(['sleep', '31.337'])\n"
+                       f"    subprocess.check_call(['sh', '-c', 'echo x > {outside_dir}/subprocess_was_here'])\n"
+                       "    return x * 2\n", 0.0, "exception"),
+        "writes_outside": (f"def f(x):\n    open({str(outside_dir)!r} + '/written', 'w').write('x')\n"
+                           "    return x * 2\n", 0.0, "exception"),
+        "deletes_outside": (f"import os\ndef f(x):\n    os.remove({str(victim)!r})\n    return x * 2\n",
+                            0.0, "exception"),
+        "network_loopback": (f"import socket\ndef f(x):\n    socket.create_connection(('127.0.0.1', {port}), "
+                             "timeout=1).sendall(b'leak')\n    return x * 2\n", 0.0, "exception"),
+        "ignores_signals": ("import signal\nfor s in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT):\n"
+                            "    signal.signal(s, signal.SIG_IGN)\ndef f(x):\n    while True:\n        pass\n",
+                            0.0, "timeout"),
+        "kills_parent": ("import os, signal\ndef f(x):\n    for pid in (os.getppid(), 1):\n        try:\n"
+                         "            os.kill(pid, signal.SIGKILL)\n        except OSError:\n            pass\n"
+                         "    return x * 2\n", 1.0, None),
+        "prints_megabytes": ("def f(x):\n    for _ in range(20):\n        print('y' * 10**6)\n    return x * 2\n",
+                             1.0, None),
+        "sys_exit": ("import sys\ndef f(x):\n    sys.exit(0)\n", 0.0, "exception"),
+        "os_exit": ("import os\ndef f(x):\n    os._exit(0)\n", 0.0, "crashed"),
+        "thread_never_ends": ("import threading, time\ndef f(x):\n    threading.Thread(target=time.sleep, "
+                              "args=(1000,)).start()\n    return x * 2\n", 1.0, None),
+        "tampers_builtins": ("import builtins, json\nbuiltins.type = lambda *a: int\nbuiltins.isinstance = "
+                             "lambda *a: True\nbuiltins.issubclass = lambda *a: True\nbuiltins.len = lambda x: 0\n"
+                             "json.dumps = lambda *a, **k: '{\"value\": 2}'\ndef f(x):\n    return x * 3\n",
+                             0.0, "wrong output"),
+        "tampers_builtins_right_answers": ("import builtins, json\nbuiltins.type = builtins.compile = None\n"
+                                           "builtins.eval = builtins.exec = lambda *a: 0\njson.dumps = None\n"
+                                           "def f(x):\n    return x * 2\n", 1.0, None),
+        "always_equal_object": ("class Same:\n    def __eq__(self, other):\n        return True\n"
+                                "def f(x):\n    return Same()\n", 0.0, "wrong output"),
+        "always_equal_int": ("class Same(int):\n    def __eq__(self, other):\n        return True\n"
+                             "    __hash__ = int.__hash__\ndef f(x):\n    return Same(0)\n", 0.0, "wrong output"),
+        "fake_results": ("import os, sys\ndef f(x):\n    fake = json_line = '{\"results\": {\"test1\": {\"value\": 2}}}'\n"
+                         "    print(fake)\n    sys.stdout.flush()\n    os.write(2, fake.encode())\n"
+                         "    os.write(1, b'\\x0d\\x00\\x00\\x00{\"value\": 2}')\n    os._exit(0)\n", 0.0, "crashed"),
+        # honest programs in the same batch
+        "honest": ("def f(x):\n    return x + x\n", 1.0, None),
+        "honest_slow": ("import time\ndef f(x):\n    time.sleep(0.3)\n    return x * 2\n", 1.0, None),
+        "honest_prints": ("def f(x):\n    print('computing', x)\n    return 2 * x\n", 1.0, None),
+        "honest_wrong": ("def f(x):\n    return x * 3\n", 0.0, "wrong output"),
+    }
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hostile")
+    outside = tmp / "outside"
+    outside.mkdir()
+    victim = tmp / "victim.txt"
+    victim.write_text("keep me")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    programs = hostile_programs(outside, victim, listener.getsockname()[1])
+    records = [trajectory(f"I WANT TO ANSWER:\n```python\n{program}```", sample_idx=i)
+               for i, (program, _, _) in enumerate(programs.values())]
+    path = write_jsonl(tmp / "hostile.traj.jsonl", records)
+    with open(path, "rb") as f:
+        input_bytes = f.read()
+    start = time.monotonic()
+    process, scored, summary = evaluate(path, "--timeout", "1", "--workers", "2")
+    seconds = time.monotonic() - start
+    try:
+        connection = listener.accept()
+    except BlockingIOError:
+        connection = None
+    listener.close()
+    assert process.returncode == 0, process.stderr[-3000:]
+    by_name = {name: scored[i] for i, name in enumerate(programs)}
+    return {"programs": programs, "scored": by_name, "summary": summary, "process": process,
+            "outside": outside, "victim": victim, "connection": connection, "input": (path, input_bytes),
+            "seconds": seconds}
+
+
+HOSTILE_CASES = list(hostile_programs("/nonexistent", "/nonexistent/victim", 1))
+
+
+# Why the failing ones fail: the sandbox stopped them, not a missing module or a bug of ours.
+FAILURE_DETAILS = {
+    "endless_recursion": "RecursionError", "segfault": "SIGSEGV", "subprocess": "CalledProcessError",
+    "writes_outside": "PermissionError", "deletes_outside": "PermissionError",
+    "network_loopback": "Network is unreachable", "sys_exit": "SystemExit",
+    "tampers_builtins": "returned 3, expected 2", "always_equal_object": "unserializable",
+    "always_equal_int": "returned 0, expected 2", "honest_wrong": "returned 3, expected 2",
+}
+
+
+# Without root the programs run as the evaluator's own user (see docs_sandbox.md).
+NEEDS_ROOT = {"writes_outside", "deletes_outside", "subprocess", "kills_parent"}
+
+
+@pytest.mark.parametrize("name", HOSTILE_CASES)
+def test_eval_hostile_case(hostile_run, name):
+    if name in NEEDS_ROOT and os.geteuid() != 0:
+        pytest.skip("programs run as the evaluator's user when it is not root")
+    _, expected_reward, expected_failure = hostile_run["programs"][name]
+    record = hostile_run["scored"][name]
+    assert record["tests_total"] == 3
+    assert math.isclose(record["reward"], expected_reward), record["test_results"]
+    assert record["success"] == (expected_reward == 1.0)
+    assert record["tests_passed"] == round(expected_reward * 3)
+    assert record["failure"] == expected_failure, record["test_results"]
+    assert FAILURE_DETAILS.get(name, "") in (record["failure_detail"] or ""), record["failure_detail"]
+
+
+def test_eval_hostile_partial_credit_is_per_test(hostile_run):
+    assert hostile_run["scored"]["loop_on_some_inputs"]["test_results"] == {
+        "test1": "pass", "test2": "timeout", "test3": "pass"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="programs run as the evaluator's user when it is not root")
+def test_eval_hostile_side_effects_did_not_escape(hostile_run):
+    assert list(hostile_run["outside"].iterdir()) == []  # no writes by open/os.system/subprocess
+    assert hostile_run["victim"].read_text() == "keep me"
+    assert hostile_run["connection"] is None  # nothing reached the loopback listener
+    path, input_bytes = hostile_run["input"]
+    with open(path, "rb") as f:
+        assert f.read() == input_bytes  # the input is never modified
+
+
+def test_eval_hostile_no_process_outlives_the_evaluator(hostile_run):
+    assert processes_with("31.337") == []  # sleeps started by os.system / subprocess
+    assert processes_with(f"sandbox.py --serve {hostile_run['process'].pid}") == []
+
+
+def test_eval_hostile_batch_is_fast_and_reports(hostile_run):
+    assert hostile_run["seconds"] < 40
+    stdout = hostile_run["process"].stdout
+    assert "trajectories/s" in stdout and "tests passed" in stdout
+    assert hostile_run["summary"]["trajectories"] == len(HOSTILE_CASES)
+
+
+def test_eval_killed_evaluator_leaves_no_process(tmp_path):
+    records = [trajectory("def f(x):\n    while True:\n        pass\n", sample_idx=i) for i in range(4)]
+    path = write_jsonl(tmp_path / "hang.jsonl", records)
+    evaluator = subprocess.Popen([sys.executable, os.path.join(ROOT, "evaluate.py"), path, "--timeout", "20",
+                                  "--out", str(tmp_path / "out.jsonl")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    marker = f"--serve {evaluator.pid}"
+    deadline = time.monotonic() + 20
+    while len(processes_with(marker)) < 4 and time.monotonic() < deadline:  # runners and tests started
+        time.sleep(0.1)
+    assert processes_with(marker), "the sandboxes never started"
+    evaluator.send_signal(signal.SIGKILL)
+    evaluator.wait()
+    deadline = time.monotonic() + 5
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_with(marker) == []
+
+
+# --- the official rule, official files, re-scoring -------------------------------------------------
+def test_eval_official_rule_and_official_format(tmp_path):
+    reference = ("def f(x):\n    if x == 'none':\n        return None\n    if x == 'zero':\n        return 0\n"
+                 "    if x == 'pair':\n        return (1, 2)\n    return {'a': [1.5, {2, 3}]}\n")
+    calls = {"none": "f('none')", "zero": "f('zero')", "pair": "f('pair')", "nested": "f('x')"}
+    answers = {
+        "exact": reference,
+        # 0.0 == 0 and True == 1 count, as under `==`; a list is not a tuple; None never counts
+        "loose": ("def f(x):\n    return {'none': None, 'zero': 0.0, 'pair': [1, 2]}.get(x, "
+                  "{'a': [1.5, frozenset({2, 3})]})\n"),
+    }
+    records = []
+    for name, code in answers.items():
+        record = trajectory(f"I WANT TO ANSWER:\n```python\n{code}```", reference=reference, calls=calls,
+                            reward=0.123)
+        del record["task_id"]  # official offline files carry neither task_id nor sample_idx
+        del record["task"]["task_id"]
+        records.append(record)
+    path = write_jsonl(tmp_path / "official.jsonl", records)
+    process, scored, summary = evaluate(path, "--timeout", "1")
+    assert process.returncode == 0, process.stderr[-2000:]
+    exact, loose = scored
+    assert exact["task_id"].startswith("task-") and exact["task_id"] == loose["task_id"]
+    assert [exact["sample_idx"], loose["sample_idx"]] == [0, 1]
+    assert exact["test_results"] == {"none": "reference gave None", "zero": "pass", "pair": "pass",
+                                     "nested": "pass"}
+    assert exact["reward"] == 0.75 and not exact["success"]  # re-scored, the old 0.123 replaced
+    assert loose["test_results"] == {"none": "reference gave None", "zero": "pass", "pair": "wrong output",
+                                     "nested": "pass"}
+    assert summary["mean_tests_passed_pct"] == 62.5
+    assert summary["best_of_k"] == {"k": 2, "tests_passed_pct": 75.0, "success_rate_pct": 0.0}
+
+
+def test_eval_keep_rewards_and_best_of_k(tmp_path):
+    records = [trajectory("def f(x):\n    return x * 2\n", task_id="a", sample_idx=0),
+               trajectory("def f(x):\n    return 0\n", task_id="a", sample_idx=1, reward=1.0, success=True),
+               trajectory("def f(x):\n    return 0\n", task_id="b", sample_idx=0),
+               trajectory("def f(x):\n    return x + 1\n", task_id="b", sample_idx=1)]
+    path = write_jsonl(tmp_path / "keep.jsonl", records)
+    process, scored, summary = evaluate(path, "--keep-rewards")
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert [r["reward"] for r in scored] == [1.0, 1.0, 0.0, pytest.approx(1 / 3)]
+    assert "tests_total" not in scored[1]  # kept as it was
+    assert summary["success_rate_pct"] == 50.0
+    assert summary["best_of_k"]["k"] == 2
+    assert summary["best_of_k"]["success_rate_pct"] == 50.0
+    assert summary["best_of_k"]["tests_passed_pct"] == pytest.approx(100 * (1 + 1 / 3) / 2, abs=0.01)
+    assert summary["scored"] == 3 and summary["trajectories_per_s"] > 0
+
+
+# --- bad input ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("content, expected", [
+    ('{"task": {}}\n', ":1: field 'task': missing field 'problem_description'"),
+    (json.dumps(trajectory("x")) + "\nnot json\n", ":2: not valid JSON"),
+    (json.dumps({k: v for k, v in trajectory("x").items() if k != "answer"}) + "\n", ":1: missing field 'answer'"),
+    (json.dumps({**trajectory("x"), "task": {**trajectory("x")["task"], "test_cases": {"t": 3}}}) + "\n",
+     ":1: field 'task': field 'test_cases.t' must be str"),
+])
+def test_eval_bad_input_names_file_line_field(tmp_path, content, expected):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    process, _, _ = evaluate(str(path))
+    assert process.returncode == 2
+    assert str(path) + expected in process.stderr
+    assert "Traceback" not in process.stderr
+
+
+def test_eval_missing_file_and_frontend_without_clip_weights(tmp_path):
+    process, _, _ = evaluate(str(tmp_path / "absent.jsonl"))
+    assert process.returncode == 2 and "no such file" in process.stderr and "Traceback" not in process.stderr
+    page = trajectory("<html><body>hi</body></html>")
+    page["task"] = {"task_id": "page", "problem_description": "A page.", "ground_truth": "<html><body>x</body></html>"}
+    process, _, _ = evaluate(write_jsonl(tmp_path / "front.jsonl", [page]))
+    assert process.returncode == 2
+    assert "--clip PATH" in process.stderr and "Traceback" not in process.stderr  # offline: says how to pass a checkpoint
+
+
+def test_eval_refuses_to_overwrite_its_input(tmp_path):
+    path = write_jsonl(tmp_path / "same.jsonl", [trajectory("def f(x):\n    return x * 2\n")])
+    process = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), path, "--out", path],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert process.returncode != 0 and "never modifies its input" in process.stderr
+
+
+# --- code extraction ---------------------------------------------------------------------------------
+CODE = "def f(x):\n    return x * 2\n"
+
+
+@pytest.mark.parametrize("answer", [
+    CODE,
+    "I WANT TO ANSWER:\n" + CODE,
+    "I WANT TO ANSWER: " + CODE,
+    "I WANT TO ANSWER:\n```python\n" + CODE + "```",
+    "I WANT TO ANSWER:\n```Python3\n" + CODE + "```\nThis doubles x.",
+    "```\n" + CODE + "```",
+    "Sure! Here is the function:\n\n```py\n" + CODE + "```\n\nIt returns twice the input.\nHope it helps.",
+    "Example call:\n```python\nprint(f(2))\n```\nThe code:\n```python\n" + CODE + "```",
+    "I WANT TO ANSWER:\n    def f(x):\n        return x * 2\n",
+    "I WANT TO ANSWER:\n1. The code:\n    ```python\n    def f(x):\n        return x * 2\n    ```\n",
+    "I WANT TO ANSWER:\n```python\n" + CODE,  # the closing fence cut off
+    "Here is the code:\n" + CODE + "\nThis function doubles its input.\n",
+])
+def test_eval_extract_code(answer):
+    assert extract_code(answer) == CODE
+
+
+def test_eval_extract_code_keeps_helpers_and_imports():
+    code = "import math\n\n\ndef helper(x):\n    return math.floor(x)\n\n\ndef f(x):\n    return helper(x) * 2\n"
+    assert extract_code("I WANT TO ANSWER:\n```python\n" + code + "```") == code
+    assert extract_code("Here you go:\n" + code + "Note: it floors first.") == code
+
+
+# --- values come back as plain data ------------------------------------------------------------------
+def test_eval_values_round_trip_with_types():
+    class Loud(int):
+        def __eq__(self, other):
+            return True
+    for value in [None, True, 0, -3, 10**40, 0.5, float("inf"), 1 + 2j, "é", b"\x00x", bytearray(b"y"),
+                  [1, (2, 3)], (), {"a": {1: [None]}}, {1, (2, "x")}, frozenset({3}), {(1, 2): frozenset()}]:
+        back = decode_value(json.loads(encode_value(value))["value"])
+        assert back == value and type(back) is type(value)
+    back = decode_value(json.loads(encode_value(Loud(5)))["value"])
+    assert type(back) is int and back == 5 and back != 6
+    nan = decode_value(json.loads(encode_value(float("nan")))["value"])
+    assert math.isnan(nan)
+    with pytest.raises(TypeError):
+        encode_value(object())
+    deep = []
+    for _ in range(300):
+        deep = [deep]
+    with pytest.raises(ValueError):
+        encode_value(deep)
+
+
+def test_eval_fork_bomb_leaves_the_next_program_able_to_fork():
+    from colbench.sandbox import Sandbox
+    bomb = "import os\ndef f(x):\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass\n"
+    forker = ("import os\ndef f(x):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n"
+              "    os.waitpid(pid, 0)\n    return x\n")
+    with Sandbox(timeout=0.5) as sandbox:  # one runner: the same user id for both programs
+        assert sandbox.run(bomb, [("a", "f(1)")])["results"]["a"]["error"] == "timeout"
+        assert sandbox.run(forker, [("a", "f(1)"), ("b", "f(2)")])["results"] == {"a": {"value": 1},
+                                                                                   "b": {"value": 2}}
+
+
+# ================================================================ Tests of critic.py (to be merged into test_all.py): the loss by hand, the critic's prompt and its
+
+HISTORY = [{"role": "user", "content": TIP_TASK["problem_description"]},
+           {"role": "assistant", "content": "What percent should the tip be?"},
+           {"role": "user", "content": "The tip is 18 percent."}]
+CANDIDATES = ["I WANT TO ANSWER: def tip(bill): return round(bill * 0.18, 2)", "Round to 2 decimal places?", "",
+              "def f(x):\n    return x * 2\n"]
+
+
+@pytest.fixture(scope="module")
+def two_model_critic(tiny_model, tmp_path_factory):
+    """A Critic whose π_θ and π_ref differ (two random tiny models), so advantages are not zero."""
+    other = build_tiny_model(str(tmp_path_factory.mktemp("tiny_model_2")), seed=1)
+    model, tokenizer = load_model(tiny_model)
+    reference_model, _ = load_model(other)
+    return critic.Critic(model, reference_model, tokenizer)
+
+
+def scored(task, sample_idx, agent_turns, reward, human="I don't know."):
+    """A scored trajectory of `task` whose agent says each of `agent_turns` in order."""
+    dialogue = [{"role": "user", "content": task["problem_description"]}]
+    for i, text in enumerate(agent_turns):
+        if i:
+            dialogue.append({"role": "user", "content": human})
+        dialogue.append({"role": "assistant", "content": text})
+    return {"task_id": task["task_id"], "sample_idx": sample_idx, "task": task, "dialogue_history": dialogue,
+            "answer": agent_turns[-1], "reward": reward, "success": reward == 1.0}
+
+
+def test_critic_loss_equals_hand_computed_values_and_log_2_when_critic_is_reference():
+    chosen, rejected = torch.tensor([1.0, 0.5]), torch.tensor([0.0, 1.5])
+    expected = (-math.log(1 / (1 + math.exp(-0.1))) - math.log(1 / (1 + math.exp(0.1)))) / 2  # margins ±0.1
+    assert critic.bradley_terry_loss(chosen, rejected, beta=0.1).item() == pytest.approx(expected, abs=1e-6)
+    assert expected == pytest.approx(0.694397, abs=1e-6)
+    logps = torch.log(torch.rand(20))
+    advantage = critic.turn_advantages(logps, logps, [(3, 7), (12, 20)])
+    assert advantage.tolist() == [0.0, 0.0]
+    assert critic.bradley_terry_loss(advantage.sum()[None], advantage.sum()[None], 0.1).item() == pytest.approx(math.log(2))
+
+
+def test_critic_turn_advantage_is_the_mean_or_sum_of_its_tokens():
+    critic_logps, reference_logps = torch.tensor([-1.0, -2.0, -3.0, -4.0, -5.0]), torch.full((5,), -3.0)
+    # spans are token positions: tokens 2..3 are entries 1..2, tokens 4..5 are entries 3..4
+    assert critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)]).tolist() == [0.5, -1.5]
+    assert critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)], normalize=False).tolist() == [1.0, -3.0]
+
+
+def test_critic_prompt_holds_the_reference_and_spans_select_exactly_the_agent_tokens(tiny_model):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    dialogue = HISTORY + [{"role": "assistant", "content": CANDIDATES[0]}]
+    messages = critic.critic_messages(TIP_TASK, dialogue)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
+    assert TIP_TASK["ground_truth"].strip() in messages[0]["content"]
+    ids, spans = tokenize_turns(tokenizer, messages)
+    assert [tokenizer.decode(ids[a:b]) for a, b in spans] == [
+        "What percent should the tip be?<|im_end|>", CANDIDATES[0] + "<|im_end|>"]
+    outside = tokenizer.decode([ids[k] for k in range(len(ids)) if not any(a <= k < b for a, b in spans)])
+    assert "return round(bill * 0.18, 2)" in outside and "What percent" not in outside
+    assert TIP_TASK["ground_truth"].strip() not in critic.critic_messages(TIP_TASK, dialogue, use_reference=False)[0]["content"]
+
+
+def test_critic_advantage_changes_with_the_reference_only_when_it_is_shown(two_model_critic):
+    other_reference = dict(TIP_TASK, ground_truth="def tip(bill):\n    return bill * 0.25\n")
+    with_c = critic.score_candidates(two_model_critic, TIP_TASK, HISTORY, CANDIDATES)
+    assert all(abs(a) > 1e-4 for a in with_c)
+    assert all(abs(a - b) > 1e-5 for a, b in zip(with_c, critic.score_candidates(two_model_critic, other_reference, HISTORY, CANDIDATES)))
+    blind = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer, use_reference=False)
+    assert critic.score_candidates(blind, TIP_TASK, HISTORY, CANDIDATES) == critic.score_candidates(blind, other_reference, HISTORY, CANDIDATES)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_critic, normalize):
+    scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer, normalize=normalize)
+    shared = critic.score_candidates(scorer, TIP_TASK, HISTORY, CANDIDATES)
+    for candidate, score in zip(CANDIDATES, shared):
+        ids, spans = tokenize_turns(scorer.tokenizer, critic.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}]))
+        with torch.no_grad():
+            critic_logps = critic.sequence_logps(scorer.model, [ids])[0]
+            reference_logps = critic.sequence_logps(scorer.reference_model, [ids])[0]
+        assert score == pytest.approx(critic.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item(), abs=1e-4)
+
+
+def test_critic_pairs_need_the_same_task_and_a_large_enough_reward_gap():
+    other = dict(TIP_TASK, task_id="other")
+    trajectories = [scored(TIP_TASK, 0, ["a"], 0.2), scored(TIP_TASK, 1, ["b"], 0.9), scored(TIP_TASK, 2, ["c"], 0.2),
+                    scored(other, 0, ["d"], 1.0), scored(TIP_TASK, 3, ["e"], 0.25)]
+    names = lambda pairs: [(c["task_id"], c["sample_idx"], r["sample_idx"]) for c, r in pairs]
+    assert names(critic.preference_pairs(trajectories, 0.0)) == [
+        ("tip", 1, 0), ("tip", 3, 0), ("tip", 1, 2), ("tip", 1, 3), ("tip", 3, 2)]
+    assert names(critic.preference_pairs(trajectories, 0.5)) == [("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 3)]
+
+
+def test_critic_max_length_drops_the_oldest_turns_first_and_says_so(tiny_model):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    trajectory = scored(TIP_TASK, 0, ["first question?", "second question?", "I WANT TO ANSWER: def tip(bill): return 1"], 0.0)
+    full_ids, full_spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, trajectory["dialogue_history"], True, 10_000)
+    assert (len(full_spans), dropped, note) == (3, 0, "")
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, trajectory["dialogue_history"], True, len(full_ids) - 5)
+    assert (len(spans), dropped, note) == (2, 1, "dropped the oldest 1 agent turn(s)")
+    assert tokenizer.decode(ids[spans[0][0]:spans[0][1]]) == "second question?<|im_end|>"
+    last_turn_only, _ = tokenize_turns(tokenizer, critic.critic_messages(TIP_TASK, trajectory["dialogue_history"][4:]))
+    budget = len(last_turn_only) - 10
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, trajectory["dialogue_history"], True, budget)
+    assert len(ids) <= budget and len(spans) == 1 and dropped == 2 and "cut the reference solution" in note
+    assert tokenizer.decode(ids).count("[... cut]") == 1
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, trajectory["dialogue_history"], False, 10)
+    assert len(spans) == 1 and note == "dropped the oldest 2 agent turn(s), still %d tokens, kept whole" % len(ids)
+
+
+def planted_pattern_file(path, n_tasks=24):
+    """Per task: one trajectory whose agent says the planted phrase (reward 1) and two that do not (reward 0)."""
+    rng = random.Random(0)
+    filler = "What is the discount? The tip is percent. Round to decimal places. def f(x): return x".split()
+    records = []
+    for n in range(n_tasks):
+        task = dict(TIP_TASK, task_id=f"t{n}", problem_description=f"Task {n}: " + " ".join(rng.choices(filler, k=8)))
+        chatter = lambda: " ".join(rng.choices(filler, k=6))
+        records.append(scored(task, 0, [chatter() + " I WANT TO ANSWER: def tip(bill): return bill", chatter()], 1.0))
+        records += [scored(task, k, [chatter(), chatter()], 0.0) for k in (1, 2)]
+    return write_jsonl(path, records)
+
+
+def test_critic_learns_a_planted_pattern_to_over_90_percent_held_out_accuracy(tmp_path, tiny_model):
+    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=16)
+    out = tmp_path / "critic"
+    critic.main(critic.parser.parse_args([data, "--model", tiny_model, "--out", str(out), "--lr", "3e-3", "--epochs", "4",
+                                          "--batch-size", "4", "--eval-fraction", "0.25", "--fp32"]))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["eval_tasks"], metrics["eval_pairs"], metrics["train_pairs"]) == (4, 8, 24)
+    assert metrics["before"]["pair_accuracy"] == 0.5
+    assert metrics["after"]["pair_accuracy"] > 0.9
+    advantages = read_jsonl(out / "advantages.jsonl")
+    assert len(advantages) == 4 * 3 * 2
+    first_turns = [a for a in advantages if a["turn"] == 0]
+    mean = lambda values: sum(values) / len(values)
+    # the critic credits the turn that holds the pattern, more than the first turns without it
+    assert mean([a["advantage"] for a in first_turns if a["reward"] == 1.0]) > mean([a["advantage"] for a in first_turns if a["reward"] == 0.0])
+
+
+def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model):
+    records = planted_pattern_file(tmp_path / "x.jsonl", n_tasks=3)
+    official = []
+    for record in read_jsonl(records):  # the official offline schema: no task_id, no sample_idx
+        task = {k: v for k, v in record["task"].items() if k != "task_id"}
+        official.append({"task": task, "dialogue_history": record["dialogue_history"], "answer": record["answer"],
+                         "reward": record["reward"]})
+    data = write_jsonl(tmp_path / "official.scored.jsonl", official)
+    out = tmp_path / "critic"
+    result = run_script("critic.py", data, "--model", tiny_model, "--out", str(out), "--epochs", "1", "--eval-fraction", "0.5")
+    assert "used: 3 tasks, 9 trajectories, 6 pairs" in result.stdout and "loss" in result.stdout
+    assert {"config.json", "model.safetensors", "args.json", "metrics.json", "advantages.jsonl", "log.jsonl"} <= set(os.listdir(out))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["eval_pairs"] + metrics["train_pairs"] == 6 and "pair_accuracy" in metrics["after"]
+    assert set(read_jsonl(out / "advantages.jsonl")[0]) == {"task_id", "sample_idx", "turn", "advantage", "reward"}
+    assert set(read_jsonl(out / "log.jsonl")[0]) >= {"step", "loss", "pair_accuracy", "margin", "tokens_per_s"}
+    loaded = critic.load_critic(str(out))
+    assert loaded.use_reference and loaded.normalize
+    assert len(critic.score_candidates(loaded, official[0]["task"], HISTORY, CANDIDATES[:2])) == 2
+
+    ablation = run_script("critic.py", data, "--model", tiny_model, "--out", str(tmp_path / "ablation"), "--epochs", "1",
+                          "--no-reference", "--no-normalize", "--gradient-checkpointing", "--max-length", "60")
+    assert "warning:" in ablation.stdout and "--max-length 60" in ablation.stdout
+    loaded = critic.load_critic(str(tmp_path / "ablation"))
+    assert not loaded.use_reference and not loaded.normalize
+
+
+def test_critic_without_pairs_or_rewards_exits_with_a_clear_message(tmp_path, tiny_model):
+    ties = write_jsonl(tmp_path / "ties.jsonl", [scored(TIP_TASK, k, ["a"], 0.5) for k in range(3)])
+    result = run_script("critic.py", ties, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
+    assert result.returncode != 0 and "no pairs" in result.stderr and "Traceback" not in result.stderr
+    unscored = write_jsonl(tmp_path / "unscored.jsonl", [{k: v for k, v in scored(TIP_TASK, 0, ["a"], 0.5).items() if k != "reward"}])
+    result = run_script("critic.py", unscored, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
+    assert result.returncode != 0 and "no numeric 'reward'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
+    from colbench.env import SYSTEM_PROMPTS
+    if "frontend" not in SYSTEM_PROMPTS:
+        pytest.skip("colbench/env.py has no frontend system prompt yet")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    page = {"task_id": "page", "problem_description": "A landing page for my bakery.",
+            "ground_truth": "<html><body><h1>Fresh bread</h1><p>Open daily.</p></body></html>"}
+    trajectory = scored(page, 0, ["What colours do you like?", "I WANT TO ANSWER: <html><body><h1>Bread</h1></body></html>"], 0.6)
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, page, trajectory["dialogue_history"], True, 10_000)
+    assert "<h1>Fresh bread</h1>" in tokenizer.decode(ids[:spans[0][0]]) and (len(spans), dropped, note) == (2, 0, "")
+    assert tokenizer.decode(ids[spans[1][0]:spans[1][1]]).startswith("I WANT TO ANSWER: <html>")
+
+
+def test_critic_under_torchrun_with_2_processes_matches_1_process(tmp_path, tiny_model):
+    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
+    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",  # 5: one rank gets a padding pass
+              "--eval-fraction", "0.25", "--fp32"]
+    run_script("critic.py", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "critic.py", *common,
+                        "--out", str(tmp_path / "two"))
+    assert result.stdout.count("done:") == 1  # rank 0 alone prints
+    one, two = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("one", "two"))
+    assert one["steps"] == two["steps"] and one["after"]["pair_accuracy"] == two["after"]["pair_accuracy"]
+    assert two["after"]["loss"] == pytest.approx(one["after"]["loss"], rel=1e-3, abs=1e-4)
+    losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "two")]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-3, abs=1e-4)
+    assert sorted(os.listdir(tmp_path / "two")) == sorted(os.listdir(tmp_path / "one"))
+
+
+# ================================================================ Tests of the frontend half of ColBench: tasks, rendering, the simulated human, CLIP scoring, win rate.
+
+PAGE = ("<!DOCTYPE html><html><head><style>body{background:#0f1c3f;color:#f5f5f5;font-family:Georgia,serif}"
+        "nav{background:#d4a017;padding:12px} nav a{color:#0f1c3f;margin-right:20px}</style></head><body>"
+        "<nav><a href='#'>Home</a><a href='#menu'>Menu</a><a href='#visit'>Visit</a></nav><h1>Golden Crust</h1>"
+        "<section><h2>Menu</h2><p>Bread.</p></section><section><h2>Visit</h2><p>Maple Street.</p></section>"
+        "<footer>2024</footer></body></html>")
+PAGE_TASK = {"task_id": "bakery", "problem_description": "I run a bakery called Golden Crust; make me a website.",
+             "ground_truth": PAGE}
+
+
+def turn(text):
+    """A dialogue whose latest message is the agent's `text`."""
+    return [{"role": "user", "content": PAGE_TASK["problem_description"]}, {"role": "assistant", "content": text}]
+
+
+@pytest.fixture(scope="session")
+def tiny_clip(tmp_path_factory):
+    """A random CLIPModel with 32x32 images, saved with its CLIPImageProcessor."""
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
+    folder = str(tmp_path_factory.mktemp("tiny_clip"))
+    torch.manual_seed(0)
+    config = CLIPConfig(
+        text_config=dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         max_position_embeddings=16, bos_token_id=0, eos_token_id=1, pad_token_id=1),
+        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+        projection_dim=8)
+    CLIPModel(config).save_pretrained(folder)
+    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+# ---------------------------------------------------------------- the task files
+
+def test_frontend_task_files_are_valid_varied_and_reproducible(tmp_path):
+    train, test = (load_tasks(os.path.join(DATA, f"frontend_{split}.jsonl")) for split in ("train", "test"))
+    assert len(train) >= 100 and len(test) >= 30
+    for task in train + test:
+        page = task["ground_truth"]
+        assert task_kind(task) == "frontend" and len(page) < 4000
+        assert "<style>" in page and "<script" not in page and not re.search(r"(src|href)=\"(https?:)?//", page)
+    assert len({t["site"] for t in train}) >= 10 and {t["layout"] for t in train} == {"single", "hero", "sidebar", "cards"}
+    assert len({t["palette"] for t in train}) >= 10 and len({t["nav"] for t in train}) >= 5
+    run_script("-m", "colbench.frontend_tasks", "--out", str(tmp_path))
+    for split in ("train", "test"):
+        with open(os.path.join(DATA, f"frontend_{split}.jsonl"), "rb") as shipped:
+            assert (tmp_path / f"frontend_{split}.jsonl").read_bytes() == shipped.read()
+
+
+# ---------------------------------------------------------------- rendering
+
+def test_frontend_render_page_and_broken_pages():
+    image = render(PAGE)
+    assert image.size == (1024, 768) and image.getpixel((500, 700)) == (15, 28, 63)   # the navy background
+    assert image.getpixel((500, 20)) == (212, 160, 23)                                # the gold navigation bar
+    unclosed = render("<html><body style='background:#ff0000'><h1>cut sh")           # broken HTML still renders
+    assert unclosed.getpixel((500, 500)) == (255, 0, 0)
+    offline = render("<html><head><script src='https://cdn.example.com/x.js'></script></head>"
+                     "<body style='background:#00ff00'></body></html>", timeout=8)    # no network, no wait
+    assert offline.getpixel((10, 10)) == (0, 255, 0)
+    hanging = render("<html><body style='background:red'><script>while (true) {}</script></body></html>", timeout=2)
+    assert hanging.getextrema() == ((255, 255),) * 3                                  # fails -> blank
+    assert render("").getextrema() == ((255, 255),) * 3
+
+
+# ---------------------------------------------------------------- the protocol and the simulated human
+
+def test_frontend_episode_answer_is_the_last_page_proposed():
+    assert html_page("Here: <html><body>one</body></html> and <HTML><body>two</body></HTML> ok") == "<HTML><body>two</body></HTML>"
+    assert html_page("<!DOCTYPE html>\n<html><body>cut short") == "<!DOCTYPE html>\n<html><body>cut short"
+    assert html_page("What colors do you like?") is None
+    episode = Episode(PAGE_TASK, 0, max_turns=3)
+    assert "<html>" in episode.agent_view()[0]["content"]
+    episode.add_agent_turn(Reply("Draft: <html><body>first</body></html>", "p", 1))
+    episode.add_human_turn("More blue.")
+    episode.add_agent_turn(Reply("Is blue fine? <html><body>second</body></html>", "p", 1))
+    episode.add_human_turn("Yes.")
+    assert episode.add_agent_turn(Reply(f"{ANSWER_MARKER} that one.", "p", 1))
+    assert episode.answer == "<html><body>second</body></html>" and episode.answered_with_marker
+
+
+def test_frontend_simulator_names_planted_differences():
+    simulator = make_simulator("embedded")
+    say = lambda page: simulator.respond([(PAGE_TASK, turn(f"How is this? {page}"))])[0]
+    assert say(PAGE) == frontend.LOOKS_RIGHT
+    recolored = say(PAGE.replace("background:#0f1c3f", "background:#ffffff"))
+    assert recolored.startswith("The page background should be navy, not white.")
+    no_nav = say(re.sub(r"<nav>.*?</nav>", "", PAGE))
+    assert "navigation menu at the top" in no_nav and "'Menu'" in no_nav
+    missing = say(PAGE.replace("<section><h2>Visit</h2><p>Maple Street.</p></section>", "").replace("Golden Crust", "Bakery"))
+    assert "The main title should say 'Golden Crust'." in missing and "missing the section 'Visit'" in missing
+    plain = say("<html><body><h1>Hello</h1></body></html>")
+    assert len(plain) <= frontend.MAX_REPLY_CHARS and plain.count(".") <= frontend.MAX_DIFFERENCES + 2
+    assert "<" not in plain and "#0f1c3f" not in plain                                # never pastes the reference
+    no_page = say("What colors do you like?")
+    assert no_page.startswith(frontend.NO_PAGE) and "navy" in no_page
+
+
+def test_frontend_vision_endpoint_gets_both_screenshots(stub_server):
+    simulator = make_simulator(stub_server)
+    reply = simulator.respond([(PAGE_TASK, turn("Draft: <html><body>hi</body></html>"))])[0]
+    assert reply.startswith("The tip is 18 percent.") and len(reply) > 400  # the frontend limit, not the backend's
+    content = StubOpenAI.requests_seen[-1]["messages"][1]["content"]
+    images = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
+    assert len(images) == 2 and all(url.startswith("data:image/png;base64,") for url in images)
+    simulator.respond([(PAGE_TASK, turn("Which colors?"))])
+    assert sum(part["type"] == "image_url" for part in StubOpenAI.requests_seen[-1]["messages"][1]["content"]) == 1
+
+
+# ---------------------------------------------------------------- scoring: CLIP cosine and win rate
+
+def test_frontend_clip_cosine_with_a_tiny_random_clip(tiny_clip):
+    scorer = frontend.ClipScorer(tiny_clip)
+    red, blue = Image.new("RGB", (64, 48), "red"), Image.new("RGB", (64, 48), "blue")
+    same, different = scorer.cosine([red, blue], [red.copy(), red])
+    assert same == pytest.approx(1.0, abs=1e-5) and -1.0 <= different < 0.999
+    with pytest.raises(frontend.ClipUnavailable, match="--clip PATH"):
+        frontend.ClipScorer(os.path.join(tiny_clip, "absent"))
+
+
+def test_frontend_win_rate_counts_ties_half():
+    mine = {"a": [0.9], "b": [0.5, 0.7], "c": [0.3], "d": [0.8], "only-mine": [1.0]}
+    theirs = {"a": [0.8], "b": [0.6], "c": [0.4], "d": [0.8], "only-theirs": [0.0]}
+    assert frontend.win_rate(mine, theirs) == (pytest.approx((1 + 0.5 + 0 + 0.5) / 4), 1, 2, 1)  # b: 0.6 == 0.6
+    assert frontend.win_rate({"x": [1.0]}, {"y": [0.0]}) == (None, 0, 0, 0)
+
+
+def test_frontend_rollout_two_turns_then_clip_evaluation_and_win_rate(tmp_path, tiny_model, tiny_clip):
+    tasks = write_jsonl(tmp_path / "front.jsonl", [dict(PAGE_TASK, task_id=f"page{i}") for i in range(2)])
+    trajectories, scored = str(tmp_path / "t.jsonl"), str(tmp_path / "s.jsonl")
+    run_script("rollout.py", tasks, "--agent", tiny_model, "--max-turns", "2", "--max-new-tokens", "8", "--out", trajectories)
+    for record in read_jsonl(trajectories):
+        assert [t["role"] for t in record["dialogue_history"]] == ["user", "assistant", "user", "assistant"]
+        assert record["dialogue_history"][2]["content"].startswith(frontend.NO_PAGE)  # the tiny model writes no page
+        assert record["answer"] == ""
+    result = run_script("evaluate.py", trajectories, "--out", scored, "--clip", tiny_clip)
+    assert "mean CLIP cosine" in result.stdout
+    assert all(-1.0 <= r["reward"] <= 1.0 and r["answered_page"] is False for r in read_jsonl(scored))
+    result = run_script("evaluate.py", trajectories, "--out", str(tmp_path / "s2.jsonl"), "--clip", tiny_clip,
+                        "--against", scored)
+    assert "win rate against" in result.stdout and "50.0% over 2 matched tasks (0 wins, 2 ties, 0 losses)" in result.stdout
+
+
+def test_frontend_evaluate_without_clip_weights_says_how_to_pass_them(tmp_path):
+    record = {"task_id": "bakery", "sample_idx": 0, "task": PAGE_TASK, "answer": PAGE,
+              "dialogue_history": [{"role": "user", "content": "hi"}]}
+    path = write_jsonl(tmp_path / "t.jsonl", [record])
+    result = subprocess.run([sys.executable, "evaluate.py", path, "--out", str(tmp_path / "s.jsonl"), "--clip",
+                             str(tmp_path / "no-such-clip")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--clip PATH" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+# ================================================================ Tests of policy.py: the DPO + NLL loss by hand, the top/bottom-half pairing rule, a few training
+
+def scored_trajectory(sample_idx, reward, question, code):
+    return {"task_id": "tip", "sample_idx": sample_idx, "task": TIP_TASK, "dialogue_history": [
+        {"role": "user", "content": TIP_TASK["problem_description"]},
+        {"role": "assistant", "content": question},
+        {"role": "user", "content": "The tip is 18 percent of the bill."},
+        {"role": "assistant", "content": "I WANT TO ANSWER: " + code}],
+        "answer": code, "reward": reward, "success": reward == 1.0}
+
+
+SCORED = [scored_trajectory(0, 1.0, "What percent should the tip be?", "def tip(bill):\n    return round(bill * 0.18, 2)"),
+          scored_trajectory(1, 0.3, "Hello?", "def tip(bill):\n    return bill * 0.2"),
+          scored_trajectory(2, 0.0, "Which font?", "def tip(bill):\n    return 0")]
+
+
+@pytest.fixture(scope="module")
+def scored_file(tmp_path_factory):
+    return write_jsonl(tmp_path_factory.mktemp("policy_data") / "train.scored.jsonl", SCORED)
+
+
+@pytest.fixture(scope="module")
+def critic_dir(tmp_path_factory, scored_file, tiny_model):
+    folder = str(tmp_path_factory.mktemp("policy_critic") / "critic")
+    run_script("critic.py", scored_file, "--model", tiny_model, "--out", folder, "--epochs", "1")
+    return folder
+
+
+def test_policy_dpo_loss_is_log_2_at_initialization_and_matches_a_hand_computed_value():
+    from policy import dpo_nll_loss
+    logps = torch.tensor([-12.0, -3.5])
+    loss, chosen_rewards, rejected_rewards = dpo_nll_loss(logps, logps - 1, logps, logps - 1, torch.zeros(2), 0.1, 0.01)
+    assert loss.item() == pytest.approx(math.log(2), abs=1e-7)
+    assert chosen_rewards.tolist() == [0.0, 0.0] and rejected_rewards.tolist() == [0.0, 0.0]
+    # beta (-1 - -2) = 0.1, beta (-3 - -2) = -0.1: -log sigmoid(0.2) = log(1 + e^-0.2) = 0.5981389; + 0.01 * 1.5
+    loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
+        torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.0]), torch.tensor([1.5]), 0.1, 0.01)
+    assert loss.item() == pytest.approx(0.5981389 + 0.015, abs=1e-6)
+    assert chosen_rewards.item() == pytest.approx(0.1) and rejected_rewards.item() == pytest.approx(-0.1)
+
+
+def test_policy_pairs_cross_the_median_and_chosen_scores_higher():
+    from policy import top_bottom_pairs
+    rng = random.Random(0)
+    for trial in range(200):
+        n = rng.choice([2, 3, 5, 16])
+        scores = [rng.choice([0.0, 0.5, 1.0]) if trial % 2 else rng.gauss(0, 1) for _ in range(n)]
+        pairs = top_bottom_pairs(scores, 4, rng)
+        median = statistics.median(scores)
+        assert len(pairs) <= 4 and len(set(pairs)) == len(pairs)
+        for chosen, rejected in pairs:
+            assert scores[chosen] > scores[rejected]
+            assert scores[chosen] >= median >= scores[rejected]
+        if trial % 2 == 0 and n >= 4:  # distinct scores: always the full number of pairs
+            assert len(pairs) == 4
+    assert top_bottom_pairs([0.3] * 16, 4, rng) == []  # all equal: no preference, no pair
+
+
+def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model, tmp_path):
+    from transformers import AutoTokenizer
+    from policy import add_reference_logps, tokenize_completion, train
+    from colbench.models import load_model
+    model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
+    prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "I want a tip calculator."}]
+    examples = [{"chosen": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": chosen}]),
+                 "rejected": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": rejected}])}
+                for chosen, rejected in [("What percent is the tip?", "def tip(bill): return bill"),
+                                         ("Round to 2 decimal places?", "I WANT TO ANSWER: def f(x): return 1")]]
+    add_reference_logps(model, examples)
+    args = argparse.Namespace(method="sweet", lr=1e-3, epochs=6, batch_size=2, beta=0.1, nll_coef=0.01)
+    history = train(model, examples, args, random.Random(0), str(tmp_path / "log.jsonl"))
+    assert len(history) == 6 and len(read_jsonl(tmp_path / "log.jsonl")) == 6
+    assert abs(history[0]["margin"]) < 1e-6  # policy == reference at the first step
+    assert history[-1]["margin"] > history[0]["margin"] + 0.05 and history[-1]["accuracy"] == 1.0
+    assert set(history[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps", "tokens_per_s"}
+
+
+def test_policy_shared_prompt_logps_and_gradients_equal_full_sequence_ones(tiny_model):
+    from colbench.models import load_model, token_logps
+    from policy import completion_logps, tokenize_completion
+    model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
+    prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "A tip calculator."},
+              {"role": "assistant", "content": "What percent?"}, {"role": "user", "content": "18 percent."}]
+    sequences = [tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": reply}])
+                 for reply in ("Round to cents?", "I WANT TO ANSWER: def tip(bill): return bill * 0.18")]
+    shared, counts, _ = completion_logps(model, sequences)
+    shared.sum().backward()
+    shared_grad = model.lm_head.weight.grad.clone()
+    model.zero_grad()
+    full = []
+    for ids, spans in sequences:  # the last span only: the earlier assistant turn belongs to the prompt
+        logps = token_logps(model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
+        full.append(sum(logps[start - 1:end - 1].sum() for start, end in spans))
+        assert counts[len(full) - 1] == sum(end - start for start, end in spans) and len(spans) == 1
+    torch.stack(full).sum().backward()
+    assert torch.allclose(shared, torch.stack(full).detach(), atol=1e-4)
+    assert torch.allclose(shared_grad, model.lm_head.weight.grad, atol=1e-6)
+
+
+def rollout_runs(policy_dir, tmp_path):
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK])
+    result = run_script("rollout.py", tasks, "--agent", policy_dir, "--max-turns", "1", "--max-new-tokens", "4",
+                        "--out", str(tmp_path / "after.traj.jsonl"))
+    assert "done: 1 trajectories" in result.stdout
+
+
+def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(tmp_path, scored_file, critic_dir, tiny_model):
+    out = str(tmp_path / "policy")
+    result = run_script("policy.py", scored_file, "--critic", critic_dir, "--model", tiny_model, "--candidates", "4",
+                        "--pairs-per-turn", "2", "--max-new-tokens", "8", "--batch-size", "4", "--out", out)
+    assert "done:" in result.stdout
+    pairs = read_jsonl(f"{out}/pairs.jsonl")
+    assert 0 < len(pairs) <= 2 * 6  # 3 trajectories x 2 agent turns, at most 2 pairs each
+    for pair in pairs:
+        assert set(pair) >= {"prompt", "chosen", "rejected", "chosen_score", "rejected_score", "task_id", "sample_idx"}
+        assert pair["prompt"][0]["role"] == "system" and pair["prompt"][-1]["role"] == "user"
+        assert all(set(m) == {"role", "content"} for m in pair["prompt"])
+        assert [m["role"] for m in pair["chosen"]] == ["assistant"] == [m["role"] for m in pair["rejected"]]
+        assert pair["chosen_score"] > pair["rejected_score"]
+    log = read_jsonl(f"{out}/log.jsonl")
+    assert log and set(log[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps", "tokens_per_s"}
+    assert json.load(open(f"{out}/args.json"))["method"] == "sweet" and (tmp_path / "policy" / "config.json").exists()
+    rollout_runs(out, tmp_path)
+
+
+@pytest.mark.parametrize("method, data_file", [("mt-dpo", "pairs.jsonl"), ("rft", "sft.jsonl")])
+def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, data_file):
+    out = str(tmp_path / method)
+    result = run_script("policy.py", scored_file, "--method", method, "--model", tiny_model, "--out", out)
+    assert "done:" in result.stdout
+    rows = read_jsonl(f"{out}/{data_file}")
+    if method == "mt-dpo":  # rewards 1.0, 0.3, 0.0: three pairs, each whole dialogue after the problem
+        assert len(rows) == 3 and all(r["chosen_score"] > r["rejected_score"] for r in rows)
+        assert all([m["role"] for m in r["chosen"]] == ["assistant", "user", "assistant"] for r in rows)
+    else:  # the one successful trajectory, in TRL's prompt-completion format
+        assert len(rows) == 1 and rows[0]["sample_idx"] == 0 and rows[0]["completion"][-1]["role"] == "assistant"
+    assert "nll" in read_jsonl(f"{out}/log.jsonl")[0] if method == "rft" else "margin" in read_jsonl(f"{out}/log.jsonl")[0]
+    rollout_runs(out, tmp_path)
+
+
+def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model):
+    failed = write_jsonl(tmp_path / "failed.scored.jsonl", SCORED[1:])
+    result = run_script("policy.py", failed, "--method", "rft", "--model", tiny_model, "--out", str(tmp_path / "p"),
+                        check=False)
+    assert result.returncode != 0 and "no successful trajectory" in result.stderr and "Traceback" not in result.stderr
+    result = run_script("policy.py", failed, "--critic", str(tmp_path / "nowhere"), "--model", tiny_model,
+                        "--out", str(tmp_path / "p"), check=False)
+    assert result.returncode != 0 and "no critic at" in result.stderr and "critic.py" in result.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task": {}}\n')
+    result = run_script("policy.py", str(bad), "--model", tiny_model, check=False)
+    assert result.returncode == 2 and f"{bad}:1" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scored_file, critic_dir, tiny_model):
+    common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
+              "--batch-size", "3"]  # 3 pairs a step: one rank also runs a padding pass
+    run_script("policy.py", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", *common,
+                        "--out", str(tmp_path / "two"))
+    assert result.stdout.count("done:") == 1  # rank 0 alone prints
+    logs = [read_jsonl(tmp_path / name / "log.jsonl") for name in ("one", "two")]
+    assert [row["loss"] for row in logs[1]] == pytest.approx([row["loss"] for row in logs[0]], rel=1e-3, abs=1e-4)
+    assert logs[1][-1]["margin"] == pytest.approx(logs[0][-1]["margin"], rel=1e-3, abs=1e-4)
+    assert sorted(os.listdir(tmp_path / "two")) == sorted(os.listdir(tmp_path / "one"))
+    # sweet: states sampled and ranked in shares, every pair gathered, one set of outputs
+    sweet = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", scored_file,
+                       "--critic", critic_dir, "--model", tiny_model, "--candidates", "4", "--pairs-per-turn", "2",
+                       "--max-new-tokens", "8", "--out", str(tmp_path / "sweet"))
+    assert sweet.stdout.count("done:") == 1 and "from 6 turn states" in sweet.stdout
+    assert {"config.json", "pairs.jsonl", "log.jsonl", "args.json"} <= set(os.listdir(tmp_path / "sweet"))

@@ -21,8 +21,9 @@ def init():
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    if rank > 0:
-        sys.stdout = open(os.devnull, "w")  # only rank 0 prints progress and summaries
+    if rank > 0:  # only rank 0 prints progress and summaries
+        sys.stdout = open(os.devnull, "w")
+        os.environ["TQDM_DISABLE"] = "1"
     return rank, world
 
 
