@@ -21,6 +21,8 @@ model, batch size and precision (bf16 autocast), each with its reference log-pro
 (TRL: precompute_ref_log_probs); TRL's time over ours. Target: >= 1x. TRL is needed only
 here: bench.py installs it when missing (it is not in requirements.txt).
 """
+import argparse
+import importlib.util
 import json
 import os
 import random
@@ -188,9 +190,7 @@ def bench_prefix_scoring(candidates=16, history_tokens=1000, reply_tokens=100):
 
 
 def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
-    try:
-        import trl  # noqa: F401
-    except ImportError:  # the benchmark's own dependency, installed on first use
+    if importlib.util.find_spec("trl") is None:  # the benchmark's own dependency, installed on first use
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "trl"], check=True)
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer

@@ -50,7 +50,7 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.data import DataError, default_output, load_trajectories
 from colbench.env import agent_messages
-from colbench.models import default_device, load_model, resolve_model, token_logps, tokenize_turns
+from colbench.models import default_device, load_model, resolve_model, shared_prefix_logps, token_logps, tokenize_turns
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (each line with a `reward`), e.g. evaluate.py's output")
@@ -193,28 +193,13 @@ def score_candidates(critic, task, history, candidates):
         return []
     encoded = [tokenize_turns(critic.tokenizer, critic_messages(
         task, history + [{"role": "assistant", "content": reply}], critic.use_reference)) for reply in candidates]
-    shared = min(spans[-1][0] for _, spans in encoded)  # tokens before the earliest candidate start
-    first_ids = encoded[0][0]
-    while any(ids[:shared] != first_ids[:shared] for ids, _ in encoded):
-        shared -= 1  # a tokenizer may merge across the boundary; share only identical tokens
-    prefix = first_ids[: shared - 1]  # the last shared token goes with each candidate: it predicts the first reply token
-    continuations = [ids[shared - 1:] for ids, _ in encoded]
-    longest = max(len(ids) for ids in continuations)
-    device = critic.model.device
-    input_ids = torch.tensor([ids + [0] * (longest - len(ids)) for ids in continuations], device=device)
-    attention_mask = torch.tensor([[1] * (len(prefix) + len(ids)) + [0] * (longest - len(ids))
-                                   for ids in continuations], device=device)
-    logps = []
-    for model in (critic.model, critic.reference_model):
-        cache = model(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values
-        cache.batch_repeat_interleave(len(candidates))
-        logps.append(token_logps(model, input_ids, attention_mask, past_key_values=cache))  # [candidates, longest - 1]
-    offset = len(prefix)  # token k of the full sequence is token k - offset of its continuation
-    scores = []
-    for i, (_, spans) in enumerate(encoded):
-        start, end = spans[-1]
-        scores.append(turn_advantages(logps[0][i], logps[1][i], [(start - offset, end - offset)], critic.normalize).item())
-    return scores
+    sequences = [ids for ids, _ in encoded]
+    reply_start = min(spans[-1][0] for _, spans in encoded)
+    (critic_logps, shared), (reference_logps, _) = (shared_prefix_logps(model, sequences, reply_start)
+                                                    for model in (critic.model, critic.reference_model))
+    offset = shared - 1  # column j of the log-probs is token shared + j: as if the sequence began at `offset`
+    return [turn_advantages(critic_logps[i], reference_logps[i], [(start - offset, end - offset)], critic.normalize).item()
+            for i, (_, spans) in enumerate(encoded) for start, end in spans[-1:]]
 
 
 # ---------------------------------------------------------------- training

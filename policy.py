@@ -54,7 +54,7 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.data import DataError, default_output, load_trajectories
 from colbench.env import agent_messages
-from colbench.models import chat_text, default_device, generate, load_model, tokenize_turns, token_logps
+from colbench.models import chat_text, default_device, generate, load_model, shared_prefix_logps, tokenize_turns
 from critic import load_critic, preference_pairs, score_candidates
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -221,25 +221,13 @@ def completion_logps(model, sequences):
     tokens were scored and processed: [n], [n], int. One reply each for sweet, every agent turn of
     a trajectory for mt-dpo and rft. The shared prompt is encoded once and its KV cache serves
     every sequence; gradients flow through the cache."""
-    first = sequences[0][0]
-    shared = min(spans[0][0] for _, spans in sequences)
-    while any(ids[:shared] != first[:shared] for ids, _ in sequences):
-        shared -= 1  # share only identical tokens, should the tokenizer merge across the boundary
-    prefix = first[:shared - 1]  # the last shared token goes with each sequence: it predicts the next one
-    continuations = [ids[shared - 1:] for ids, _ in sequences]
-    longest = max(len(ids) for ids in continuations)
-    device = next(model.parameters()).device
-    input_ids = torch.tensor([ids + [0] * (longest - len(ids)) for ids in continuations], device=device)
-    attention_mask = torch.tensor([[1] * (len(prefix) + len(ids)) + [0] * (longest - len(ids))
-                                   for ids in continuations], device=device)  # right padding, from the lengths
-    in_completion = torch.zeros(len(sequences), longest - 1, device=device)
+    completion_start = min(spans[0][0] for _, spans in sequences)
+    logps, shared = shared_prefix_logps(model, [ids for ids, _ in sequences], completion_start)  # [n, longest - 1]
+    in_completion = torch.zeros_like(logps)
     for row, (_, spans) in enumerate(sequences):
-        for start, end in spans:  # token k of the whole sequence is predicted at continuation position k - shared
+        for start, end in spans:  # column j holds token shared + j
             in_completion[row, start - shared:end - shared] = 1
-    cache = model(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values
-    cache.batch_repeat_interleave(len(sequences))
-    logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # [n, longest - 1]
-    tokens = len(prefix) + sum(len(ids) for ids in continuations)
+    tokens = shared - 1 + sum(len(ids) - shared + 1 for ids, _ in sequences)  # the prefix once, then each continuation
     return (logps * in_completion).sum(-1), in_completion.sum(-1), tokens
 
 

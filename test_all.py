@@ -1195,7 +1195,6 @@ def test_policy_pairs_cross_the_median_and_chosen_scores_higher():
 
 
 def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model, tmp_path):
-    from transformers import AutoTokenizer
     from policy import add_reference_logps, tokenize_completion, train
     from colbench.models import load_model
     model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")

@@ -106,7 +106,7 @@ def table(out, agents):
     train = read("train.summary.json")
     lines = [f"offline data: {train['trajectories']} zero-shot trajectories on {train['tasks']} training tasks, "
              f"{train['mean_tests_passed_pct']:.1f}% tests passed, {train['success_rate_pct']:.1f}% success", "",
-             f"| method (held-out test tasks) | % tests passed | success rate |", "|---|---|---|"]
+             "| method (held-out test tasks) | % tests passed | success rate |", "|---|---|---|"]
     for method in agents:
         summary = read(f"test_{method}.summary.json")
         lines.append(f"| {METHOD_NAMES[method]} | {summary['mean_tests_passed_pct']:.1f} | {summary['success_rate_pct']:.1f} |")

@@ -117,6 +117,26 @@ def token_logps(model, input_ids, attention_mask, past_key_values=None):
     return (logits.gather(-1, targets) - logits.logsumexp(-1, keepdim=True)).squeeze(-1)
 
 
+def shared_prefix_logps(model, sequences, scored_from):
+    """Token log-probs of id lists that begin alike, their common prefix encoded once: its KV cache
+    serves every sequence (gradients flow through it). Tokens from index `scored_from` on are always
+    scored. Returns ([n, longest - 1] log-probs, shared): column j of row i is
+    log p(token shared + j of sequence i | the tokens before it)."""
+    shared = min(scored_from, *(len(ids) - 1 for ids in sequences))
+    while any(ids[:shared] != sequences[0][:shared] for ids in sequences):
+        shared -= 1  # a tokenizer may merge across the boundary: share only identical tokens
+    prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
+    continuations = [ids[shared - 1:] for ids in sequences]
+    longest = max(len(ids) for ids in continuations)
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([ids + [0] * (longest - len(ids)) for ids in continuations], device=device)
+    attention_mask = torch.tensor([[1] * (len(prefix) + len(ids)) + [0] * (longest - len(ids))
+                                   for ids in continuations], device=device)  # right padding, from the lengths
+    cache = model(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values
+    cache.batch_repeat_interleave(len(sequences))
+    return token_logps(model, input_ids, attention_mask, past_key_values=cache), shared
+
+
 # ---------------------------------------------------------------- chatting: one interface, two backends
 
 class Reply:
