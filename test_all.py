@@ -1306,3 +1306,22 @@ def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scor
                        "--max-new-tokens", "8", "--out", str(tmp_path / "sweet"))
     assert sweet.stdout.count("done:") == 1 and "from 6 turn states" in sweet.stdout
     assert {"config.json", "pairs.jsonl", "log.jsonl", "args.json"} <= set(os.listdir(tmp_path / "sweet"))
+
+
+# ================================================================ colbench/report.py: the HTML page of a run
+
+def test_report_shades_turns_by_advantage_and_plots_the_logs(tmp_path):
+    from colbench.report import write_report
+    dialogue = [{"role": "user", "content": "a <b>vague</b> request"}, {"role": "assistant", "content": "question 1"},
+                {"role": "user", "content": "answer"}, {"role": "assistant", "content": "final code"}]
+    trajectory = {"task_id": "t", "sample_idx": 0, "task": TIP_TASK, "dialogue_history": dialogue, "answer": "x",
+                  "reward": 0.5, "success": False}
+    log = write_jsonl(tmp_path / "log.jsonl", [{"step": 1, "epoch": 1, "loss": 0.69}, {"step": 2, "epoch": 1, "loss": 0.5}])
+    out = tmp_path / "report.html"
+    write_report(str(out), [trajectory], [{"task_id": "t", "sample_idx": 0, "turn": 0, "advantage": -0.2},
+                                          {"task_id": "t", "sample_idx": 0, "turn": 1, "advantage": 0.1}], [("critic", log)])
+    page = out.read_text()
+    assert "A = -0.2000" in page and "A = +0.1000" in page
+    assert "rgba(220,38,38,0.58)" in page and "rgba(22,163,74,0.33)" in page  # red blames, green credits, by |A|
+    assert "a &lt;b&gt;vague&lt;/b&gt; request" in page and "<polyline" in page and "critic: loss" in page
+    assert "critic: epoch" not in page and "reward 0.50" in page

@@ -43,7 +43,7 @@ def svg_plot(points, title, width=360, height=160):
 def curves(log_path, label):
     """Plots of every numeric field of a training log (one JSON line per step)."""
     rows = read_lines(log_path)
-    fields = [k for k in rows[0] if k != "step" and isinstance(rows[0][k], (int, float))] if rows else []
+    fields = [k for k in rows[0] if k not in ("step", "epoch") and isinstance(rows[0][k], (int, float))] if rows else []
     return "".join(svg_plot([(r.get("step", i), r[k]) for i, r in enumerate(rows) if isinstance(r.get(k), (int, float))],
                             f"{label}: {k}") for k in fields)
 
