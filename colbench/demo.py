@@ -21,7 +21,7 @@ from colbench.data import load_tasks
 # The demo is sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of
 # arithmetic with hidden constants), short dialogues, short replies. README.md says what was tried.
 SETTINGS = {
-    "demo": dict(train_tasks=48, test_tasks=30, samples=4, test_samples=2, max_turns=2, max_new_tokens=96,
+    "demo": dict(train_tasks=40, test_tasks=30, samples=4, test_samples=2, max_turns=2, max_new_tokens=80,
                  temperature=0.7, critic_epochs=2, candidates=8, pairs_per_turn=2, data_fraction=0.125,
                  methods=["sweet"]),
     "experiment": dict(train_tasks=135, test_tasks=30, samples=8, test_samples=4, max_turns=3, max_new_tokens=128,
