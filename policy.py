@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from colbench import distributed
-from colbench.data import DataError, default_output, load_trajectories
+from colbench.data import DataError, default_output, load_trajectories, write_jsonl
 from colbench.env import agent_messages
 from colbench.models import chat_text, default_device, generate, load_model, shared_prefix_logps, tokenize_turns
 from critic import load_critic, preference_pairs, score_candidates
@@ -85,11 +85,6 @@ def chunks(items, size):
 
 def plain(messages):
     return [{"role": m["role"], "content": m["content"]} for m in messages]
-
-
-def write_jsonl(path, records):
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
 
 
 def turn_prompt(task, history, max_turns):

@@ -25,13 +25,14 @@ Families marked test-only never appear in the train file, so the test set also m
 generalization to new kinds of request. Shared families get different draws in the two files.
 """
 import argparse
-import json
 import os
 import random
 import re
 import textwrap
 from collections import namedtuple
 from string import Template
+
+from colbench.data import write_jsonl
 
 SEED = 2503
 TRAIN_PER_FAMILY = 15      # tasks per shared family in the train file
@@ -1289,12 +1290,6 @@ def generate(seed=SEED):
         order.shuffle(tasks)
         splits.append([{"task_id": f"backend-{split}-{i:04d}", **task} for i, task in enumerate(tasks, 1)])
     return splits[0], splits[1]
-
-
-def write_jsonl(path, tasks):
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for task in tasks:
-            f.write(json.dumps(task, ensure_ascii=False) + "\n")
 
 
 def main():

@@ -140,6 +140,12 @@ def finished_keys(path):
     return keys
 
 
+def write_jsonl(path, records):
+    """Write a whole JSONL file: one record per line, UTF-8, '\\n' line ends on every platform."""
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+
+
 class JsonlAppender:
     """Appends one record per line, each in a single write() so a kill leaves no torn line."""
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from colbench.data import load_tasks
+from colbench.data import load_tasks, write_jsonl
 
 # The demo is sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of
 # arithmetic with hidden constants), short dialogues, short replies. README.md says what was tried.
@@ -47,8 +47,7 @@ def easy_tasks(source, count, path):
     """The first `count` easy-tier tasks of a shipped task file, written to `path`."""
     if not os.path.exists(path):
         tasks = [t for t in load_tasks(source) if t.get("tier") == "easy"][:count]
-        with open(path, "w") as f:
-            f.writelines(json.dumps(t) + "\n" for t in tasks)
+        write_jsonl(path, tasks)
     return path
 
 

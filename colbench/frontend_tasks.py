@@ -16,9 +16,10 @@ Pages stay at a few KB so that a small model's context holds one.
 """
 import argparse
 import html
-import json
 import os
 import random
+
+from colbench.data import write_jsonl
 
 SEED = 2503
 N_TRAIN, N_TEST = 120, 40
@@ -359,8 +360,7 @@ def main():
     for split, count in (("train", N_TRAIN), ("test", N_TEST)):
         path = os.path.join(args.out, f"frontend_{split}.jsonl")
         tasks = make_tasks(split, count, args.seed)
-        with open(path, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(task, ensure_ascii=False) + "\n" for task in tasks)
+        write_jsonl(path, tasks)
         sizes = [len(task["ground_truth"]) for task in tasks]
         print(f"{path}: {len(tasks)} tasks, pages {min(sizes)}-{max(sizes)} characters")
 
