@@ -54,7 +54,8 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.data import DataError, default_output, load_trajectories, write_jsonl
 from colbench.env import agent_messages
-from colbench.models import chat_text, default_device, generate, load_model, shared_prefix_logps, tokenize_turns
+from colbench.models import (chat_text, default_device, generate, load_model, plain_messages, shared_prefix_logps,
+                             tokenize_turns)
 from critic import load_critic, preference_pairs, score_candidates
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -83,10 +84,6 @@ def chunks(items, size):
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def plain(messages):
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
-
-
 def turn_prompt(task, history, max_turns):
     """What the agent saw before the turn that follows `history`: exactly rollout.py's prompt."""
     turns_so_far = sum(turn["role"] == "assistant" for turn in history)
@@ -99,7 +96,7 @@ def turn_states(trajectories):
     """(trajectory, agent turn number, history) for every agent turn; history = the dialogue before it."""
     states = []
     for trajectory in trajectories:
-        dialogue = plain(trajectory["dialogue_history"])
+        dialogue = plain_messages(trajectory["dialogue_history"])
         for i, turn in enumerate(dialogue):
             if turn["role"] == "assistant" and i > 0 and dialogue[i - 1]["role"] == "user":
                 states.append((trajectory, sum(t["role"] == "assistant" for t in dialogue[:i]), dialogue[:i]))
@@ -177,7 +174,7 @@ def dpo_nll_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_lo
 
 def trajectory_prompt_completion(trajectory, max_turns):
     """The agent's first prompt (system + problem), and the rest of the dialogue as the completion."""
-    dialogue = plain(trajectory["dialogue_history"])
+    dialogue = plain_messages(trajectory["dialogue_history"])
     return turn_prompt(trajectory["task"], dialogue[:1], max_turns), dialogue[1:]
 
 

@@ -10,6 +10,7 @@ screenshot with the reference. The final answer is the last page the agent propo
 import re
 
 from colbench.data import task_kind
+from colbench.models import plain_messages
 
 ANSWER_MARKER = "I WANT TO ANSWER:"
 
@@ -35,8 +36,7 @@ LAST_TURN_NOTE = " This is your last turn: reply with " + ANSWER_MARKER + " and 
 def agent_messages(task, dialogue, last_turn=False):
     """The messages the agent sees at a turn: its system prompt, then the dialogue so far."""
     system = SYSTEM_PROMPTS[task_kind(task)] + (LAST_TURN_NOTE if last_turn else "")
-    return [{"role": "system", "content": system}] + [
-        {"role": turn["role"], "content": turn["content"]} for turn in dialogue]
+    return [{"role": "system", "content": system}] + plain_messages(dialogue)
 
 
 # From an opening <html> (or <!DOCTYPE html>) to its </html>, or to the end of a reply cut short.

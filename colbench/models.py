@@ -75,10 +75,15 @@ def load_model(name=None, trainable=False, device=None, dtype=None):
 
 # ---------------------------------------------------------------- prompts and log-probs
 
+def plain_messages(messages):
+    """Messages reduced to {"role", "content"}: dialogue turns also carry the agent's `input`/`output`."""
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
 def chat_text(tokenizer, messages, add_generation_prompt=False):
     """The prompt string of `messages` ({"role", "content"} dicts) in the tokenizer's chat template."""
-    plain = [{"role": m["role"], "content": m["content"]} for m in messages]
-    return tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return tokenizer.apply_chat_template(plain_messages(messages), tokenize=False,
+                                         add_generation_prompt=add_generation_prompt)
 
 
 def tokenize_turns(tokenizer, messages):
@@ -218,9 +223,9 @@ class EndpointChat:
         return Reply(text.strip(), json.dumps(messages, ensure_ascii=False), self.count_tokens(text))
 
     def chat(self, conversations, max_new_tokens=256, temperature=1.0):
-        plain = [[{"role": m["role"], "content": m["content"]} for m in messages] for messages in conversations]
         with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
-            return list(pool.map(lambda messages: self.complete(messages, max_new_tokens, temperature), plain))
+            return list(pool.map(lambda messages: self.complete(plain_messages(messages), max_new_tokens, temperature),
+                                 conversations))
 
     def count_tokens(self, text):
         """Server-side tokens are counted with tiktoken's cl100k_base (offline copy when available)."""
