@@ -22,8 +22,8 @@ Where this departs from the paper or the official code:
 - Each turn's advantage is a mean over that turn's tokens, as in Eq. 3. The official code takes one
   mean over all the agent tokens of a trajectory.
 - Defaults suit SmolLM2-135M on a CPU: lr 2e-5 and 2 epochs. The paper used lr 2e-7 and 4 epochs
-  for 8B models. Master weights stay fp32 and the forward pass runs under bf16 autocast (--fp32 turns
-  this off).
+  for 8B models. Master weights stay fp32; the forward pass runs under bf16 autocast where the
+  hardware computes bf16 natively (--dtype auto), else in fp32.
 - c is put in the system message, ahead of the agent's own system prompt, and the critic tokenizer's
   chat template formats the prompt. The official scripts type out their own prompt string instead.
 - π_ref's log-probs come from the initial weights, computed once before training and cached, so
@@ -50,7 +50,8 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.data import DataError, default_output, load_trajectories
 from colbench.env import agent_messages
-from colbench.models import default_device, load_model, resolve_model, shared_prefix_logps, token_logps, tokenize_turns
+from colbench.models import (DTYPES, autocast, compute_dtype, default_device, describe_dtype, load_model, resolve_model,
+                             shared_prefix_logps, token_logps, tokenize_turns)
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (each line with a `reward`), e.g. evaluate.py's output")
@@ -69,7 +70,8 @@ parser.add_argument("--no-reference", action="store_true",
 parser.add_argument("--no-normalize", action="store_true",
                     help="sum over a turn's tokens instead of averaging (ablation: w/o normalization)")
 parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass to save memory")
-parser.add_argument("--fp32", action="store_true", help="no bf16 autocast (slower on CPU, exact)")
+parser.add_argument("--dtype", default="auto", choices=DTYPES,
+                    help="forward passes; auto: bf16 autocast where the hardware computes bf16 natively, else fp32")
 parser.add_argument("--seed", type=int, default=0, help="seed for the split, the pair order and the model")
 
 REFERENCE_HEADER = "Reference solution (shown to you, never to the assistant):\n"
@@ -170,10 +172,13 @@ class Critic:
     tokenizer: object
     use_reference: bool = True
     normalize: bool = True
+    dtype: torch.dtype = torch.float32  # of the forward passes (fp32 weights, autocast to bf16 as in training)
 
 
-def load_critic(critic_dir, device=None):
-    """A trained critic folder -> Critic; π_ref is rebuilt from the model named in its args.json."""
+def load_critic(critic_dir, device=None, dtype=torch.float32):
+    """A trained critic folder -> Critic scoring in `dtype`; π_ref is rebuilt from the model named
+    in its args.json. Weights stay fp32: the trained critic differs from π_ref by updates too small
+    for bf16 weights to hold."""
     with open(os.path.join(critic_dir, "args.json")) as f:
         saved = json.load(f)
     model, tokenizer = load_model(critic_dir, device=device)
@@ -181,7 +186,7 @@ def load_critic(critic_dir, device=None):
     reference_model, _ = load_model(base, device=device)
     for frozen in (model, reference_model):
         frozen.eval()
-    return Critic(model, reference_model, tokenizer, not saved["no_reference"], not saved["no_normalize"])
+    return Critic(model, reference_model, tokenizer, not saved["no_reference"], not saved["no_normalize"], dtype)
 
 
 @torch.no_grad()
@@ -195,8 +200,9 @@ def score_candidates(critic, task, history, candidates):
         task, history + [{"role": "assistant", "content": reply}], critic.use_reference)) for reply in candidates]
     sequences = [ids for ids, _ in encoded]
     reply_start = min(spans[-1][0] for _, spans in encoded)
-    (critic_logps, shared), (reference_logps, _) = (shared_prefix_logps(model, sequences, reply_start)
-                                                    for model in (critic.model, critic.reference_model))
+    with autocast(critic.model.device, critic.dtype):
+        critic_logps, shared = shared_prefix_logps(critic.model, sequences, reply_start)
+        reference_logps, _ = shared_prefix_logps(critic.reference_model, sequences, reply_start)
     offset = shared - 1  # column j of the log-probs is token shared + j: as if the sequence began at `offset`
     return [turn_advantages(critic_logps[i], reference_logps[i], [(start - offset, end - offset)], critic.normalize).item()
             for i, (_, spans) in enumerate(encoded) for start, end in spans[-1:]]
@@ -242,13 +248,14 @@ def main(args):
               "no held-out accuracy, no advantages.jsonl lines")
 
     device = default_device()
+    dtype, why = compute_dtype(args.dtype, device)
+    describe_dtype("critic", dtype, why)
     base_model = resolve_model(args.model)
     model, tokenizer = load_model(base_model, trainable=True, device=device)
-    model.float()  # fp32 master weights; the forward pass runs under bf16 autocast
+    model.float()  # fp32 master weights; the forward passes run in `dtype`
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     use_reference, normalize = not args.no_reference, not args.no_normalize
-    autocast = lambda: torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=not args.fp32)
 
     # Tokenize each trajectory once; spans locate its agent turns.
     encoded, cut = {}, 0
@@ -264,7 +271,7 @@ def main(args):
 
     # π_ref = the initial critic: its log-probs, one forward pass per trajectory, computed once.
     model.eval()
-    with torch.no_grad(), autocast():
+    with torch.no_grad(), autocast(device, dtype):
         mine = sorted(encoded)[rank::world]  # torchrun: each rank takes a share, then all share all
         reference_logps = dict(distributed.gather(
             (name, sequence_logps(model, [encoded[name]["ids"]])[0])
@@ -275,7 +282,7 @@ def main(args):
         if not eval_pairs:
             return {}, {}
         model.eval()
-        with torch.no_grad(), autocast():
+        with torch.no_grad(), autocast(device, dtype):
             advantages = dict(distributed.gather(  # torchrun: each rank scores a share
                 (key(t), turn_advantages(sequence_logps(model, [encoded[key(t)]["ids"]])[0], reference_logps[key(t)],
                                          encoded[key(t)]["spans"], normalize)) for t in eval_trajectories[rank::world]))
@@ -307,7 +314,7 @@ def main(args):
                     with distributed.sync_on_last(trained, i, len(shares)):
                         scores = []
                         for t in (chosen, rejected):  # one unpadded forward pass per trajectory, shaped as π_ref's was
-                            with autocast():
+                            with autocast(device, dtype):
                                 critic_logps = sequence_logps(trained, [encoded[key(t)]["ids"]])[0]
                             scores.append(turn_advantages(critic_logps, reference_logps[key(t)], encoded[key(t)]["spans"], normalize).sum())
                         # The mean over the global batch; DDP's average over ranks divides by `world` again.

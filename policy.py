@@ -36,8 +36,8 @@ Where this departs from the paper or the official code:
 - RFT keeps the trajectories whose `success` is true (backend: every test passes); a file without
   `success` counts a reward of 1.0 as success.
 - Defaults are sized for the 135M embedded model on CPU: lr 5e-6 (paper: 2e-7 for 8B models).
-  Training keeps fp32 master weights and runs its forward passes under bf16 autocast; candidates
-  are sampled by a bf16 copy.
+  Training keeps fp32 master weights; forward passes, sampling and ranking run in bf16 where the
+  hardware computes it natively (--dtype auto), else in fp32.
 """
 import argparse
 import gc
@@ -54,8 +54,8 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.data import DataError, default_output, load_trajectories, write_jsonl
 from colbench.env import agent_messages
-from colbench.models import (chat_text, default_device, generate, load_model, plain_messages, shared_prefix_logps,
-                             tokenize_turns)
+from colbench.models import (DTYPES, autocast, chat_text, compute_dtype, default_device, describe_dtype, generate,
+                             load_model, plain_messages, shared_prefix_logps, tokenize_turns)
 from critic import load_critic, preference_pairs, score_candidates
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -77,6 +77,8 @@ parser.add_argument("--nll-coef", type=float, default=0.01, help="weight lambda 
 parser.add_argument("--lr", type=float, default=5e-6, help="AdamW learning rate (paper: 2e-7 for 8B models)")
 parser.add_argument("--epochs", type=int, default=1, help="passes over the pairs (rft: the examples)")
 parser.add_argument("--batch-size", type=int, default=8, help="pairs (rft: trajectories) per optimizer step, one per forward pass")
+parser.add_argument("--dtype", default="auto", choices=DTYPES,
+                    help="sampling, ranking and training forward passes; auto: bf16 where the hardware computes it natively")
 parser.add_argument("--seed", type=int, default=0, help="seed for subsetting, sampling, pairing and shuffling")
 
 
@@ -129,7 +131,7 @@ def top_bottom_pairs(scores, pairs_per_turn, rng):
     return rng.sample(crossing, min(pairs_per_turn, len(crossing)))
 
 
-def sweet_pairs(trajectories, args, rng, device, rank=0, world=1):
+def sweet_pairs(trajectories, args, rng, device, dtype, rank=0, world=1):
     """Phase 1 samples with the policy, phase 2 ranks with the critic; each phase frees its models."""
     all_states = turn_states(trajectories)
     states = all_states[rank::world]  # torchrun: each rank samples and ranks a share of the states
@@ -138,15 +140,14 @@ def sweet_pairs(trajectories, args, rng, device, rank=0, world=1):
     critic_dir = args.critic or default_output(args.scored, ".critic")
     if not os.path.isdir(critic_dir):
         sys.exit(f"error: no critic at {critic_dir}: run `python critic.py {args.scored}` first, or pass --critic")
-    model, tokenizer = load_model(args.model, device=device)
-    model.to(torch.bfloat16)  # sampling only: on CPU bf16 generates about twice as fast as fp32
+    model, tokenizer = load_model(args.model, device=device, dtype=dtype)
     prompts = [chat_text(tokenizer, turn_prompt(t["task"], history, args.max_turns), add_generation_prompt=True)
                for t, _, history in states]
     candidates = sample_candidates(model, tokenizer, prompts, args.candidates, args)
     del model
     gc.collect()
 
-    critic = load_critic(critic_dir, device=device)
+    critic = load_critic(critic_dir, device=device, dtype=dtype)
     rows = []
     for (trajectory, turn, history), replies in tqdm(list(zip(states, candidates)), desc="ranking", unit="state"):
         scores = score_candidates(critic, trajectory["task"], history, replies)
@@ -223,17 +224,13 @@ def completion_logps(model, sequences):
     return (logps * in_completion).sum(-1), in_completion.sum(-1), tokens
 
 
-def autocast(model):
-    return torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16)
-
-
 @torch.no_grad()
-def add_reference_logps(model, examples, rank=0, world=1):
+def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1):
     """The frozen reference policy pi_ref = the policy before training: its log-probs, computed once."""
     model.eval()
     mine = []
     for i in tqdm(range(rank, len(examples), world), desc="reference log-probs", unit="pair"):
-        with autocast(model):  # torchrun: each rank takes a share, then all share all
+        with autocast(model.device, dtype):  # torchrun: each rank takes a share, then all share all
             logps, _, _ = completion_logps(model, [examples[i]["chosen"], examples[i]["rejected"]])
         mine.append((i, logps.tolist()))
     for i, (chosen, rejected) in distributed.gather(mine):
@@ -257,7 +254,7 @@ def example_loss(model, example, args):
                   "chosen_logps": logps[0].item(), "rejected_logps": logps[1].item()}, tokens
 
 
-def train(model, examples, args, rng, log_path, rank=0, world=1):
+def train(model, examples, args, rng, log_path, dtype=torch.float32, rank=0, world=1):
     """AdamW over shuffled batches, one pair per forward pass, gradients accumulated over a batch;
     one log line per optimizer step, its statistics averaged over the batch."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
@@ -272,7 +269,7 @@ def train(model, examples, args, rng, log_path, rank=0, world=1):
                 shares = distributed.shard(batch, rank, world)  # torchrun: this rank's pairs
                 for i, (example, weight) in enumerate(shares):
                     with distributed.sync_on_last(trained, i, len(shares)):
-                        with autocast(model):
+                        with autocast(model.device, dtype):
                             loss, stats, example_tokens = example_loss(trained, example, args)
                         # The mean over the global batch; DDP's average over ranks divides by `world` again.
                         (loss * weight * world / len(batch)).backward()
@@ -317,9 +314,11 @@ def main(args):
     with open(os.path.join(out, "args.json") if rank == 0 else os.devnull, "w") as f:
         json.dump(vars(args), f, indent=2)
     device = default_device()
+    dtype, why = compute_dtype(args.dtype, device)
+    describe_dtype("policy", dtype, why)
 
     if args.method == "sweet":
-        rows, states = sweet_pairs(trajectories, args, rng, device, rank, world)
+        rows, states = sweet_pairs(trajectories, args, rng, device, dtype, rank, world)
         print(f"{len(rows)} pairs from {states} turn states of {len(trajectories)} trajectories")
     elif args.method == "mt-dpo":
         rows = mt_dpo_pairs(trajectories, args)
@@ -335,16 +334,16 @@ def main(args):
                   "rft": "error: no successful trajectory to fine-tune on"}[args.method])
 
     model, tokenizer = load_model(args.model, trainable=True, device=device)
-    model.float()  # fp32 master weights (bf16 would round lr-sized updates away); forward passes under bf16 autocast
+    model.float()  # fp32 master weights (bf16 would round lr-sized updates away); forward passes in `dtype`
     if args.method == "rft":
         examples = [{"completion": tokenize_completion(tokenizer, row["prompt"], row["completion"])} for row in rows]
     else:
         examples = [{"chosen": tokenize_completion(tokenizer, row["prompt"], row["chosen"]),
                      "rejected": tokenize_completion(tokenizer, row["prompt"], row["rejected"])} for row in rows]
-        add_reference_logps(model, examples, rank, world)
+        add_reference_logps(model, examples, dtype, rank, world)
     start = time.time()
     # The training order has its own seed, so every torchrun rank draws the same one.
-    history = train(model, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), rank, world)
+    history = train(model, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), dtype, rank, world)
     if rank > 0:
         return  # torchrun: rank 0 alone writes the checkpoint
     model.save_pretrained(out)

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from colbench.data import DataError, JsonlAppender, default_output, finished_keys, load_tasks
 from colbench.env import Episode
-from colbench.models import open_chat
+from colbench.models import DTYPES, open_chat
 from colbench.simulators import make_simulator
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -38,6 +38,8 @@ parser.add_argument("--max-turns", type=int, default=10, help="agent turns per d
 parser.add_argument("--temperature", type=float, default=1.0, help="agent sampling temperature (0 = greedy)")
 parser.add_argument("--max-new-tokens", type=int, default=256, help="tokens per agent reply at most")
 parser.add_argument("--batch-size", type=int, default=8, help="dialogues live at once (one batched generate)")
+parser.add_argument("--dtype", default="auto", choices=DTYPES,
+                    help="a local agent's precision; auto: bf16 where the hardware computes it natively, else fp32")
 parser.add_argument("--seed", type=int, default=0, help="seed for sampling")
 
 
@@ -55,7 +57,7 @@ def main(args):
                                 if (task["task_id"], k) not in done)
     print(f"{len(tasks)} tasks x {args.samples} samples: {len(done)} already in {out}, {len(waiting)} to run",
           flush=True)
-    agent = open_chat(args.agent)
+    agent = open_chat(args.agent, dtype=args.dtype)
     simulator = make_simulator(args.simulator)
 
     finished, tokens, start = [], 0, time.time()

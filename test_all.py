@@ -904,7 +904,7 @@ def test_critic_learns_a_planted_pattern_to_over_90_percent_held_out_accuracy(tm
     data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=16)
     out = tmp_path / "critic"
     critic.main(critic.parser.parse_args([data, "--model", tiny_model, "--out", str(out), "--lr", "3e-3", "--epochs", "4",
-                                          "--batch-size", "4", "--eval-fraction", "0.25", "--fp32"]))
+                                          "--batch-size", "4", "--eval-fraction", "0.25", "--dtype", "fp32"]))
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["eval_tasks"], metrics["eval_pairs"], metrics["train_pairs"]) == (4, 8, 24)
     assert metrics["before"]["pair_accuracy"] == 0.5
@@ -969,7 +969,7 @@ def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
 def test_critic_under_torchrun_with_2_processes_matches_1_process(tmp_path, tiny_model):
     data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
     common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",  # 5: one rank gets a padding pass
-              "--eval-fraction", "0.25", "--fp32"]
+              "--eval-fraction", "0.25", "--dtype", "fp32"]
     run_script("critic.py", *common, "--out", str(tmp_path / "one"))
     result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "critic.py", *common,
                         "--out", str(tmp_path / "two"))

@@ -57,6 +57,40 @@ def default_device():
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+DTYPES = ("auto", "fp32", "bf16")
+
+
+def compute_dtype(choice="auto", device=None):
+    """(dtype, why): the precision of forward passes (sampling, log-probs, training autocast).
+
+    'auto' picks bf16 only where the hardware computes it natively: a CUDA GPU with bf16, or a CPU
+    with AVX512-BF16 or AMX. Elsewhere bf16 is emulated: on an AVX2-only CPU a bf16 matmul was
+    ~40x slower than fp32, so 'auto' picks fp32 there."""
+    device = device or default_device()
+    if choice == "fp32":
+        return torch.float32, "asked for (--dtype fp32)"
+    if choice == "bf16":
+        return torch.bfloat16, "asked for (--dtype bf16)"
+    if device == "cuda":
+        native = torch.cuda.is_bf16_supported()
+        return (torch.bfloat16, "the GPU computes bf16") if native else (torch.float32, "the GPU has no bf16")
+    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+        return torch.bfloat16, "the CPU computes bf16 natively (AVX512-BF16/AMX)"
+    return torch.float32, (f"the CPU has no native bf16 ({torch.backends.cpu.get_cpu_capability()}): "
+                           "bf16 would be emulated, many times slower")
+
+
+def describe_dtype(stage, dtype, why):
+    """One line each stage prints at start: which precision it chose, and why."""
+    print(f"{stage}: {'bf16' if dtype == torch.bfloat16 else 'fp32'} forward passes: {why}", flush=True)
+
+
+def autocast(device, dtype):
+    """Forward passes of fp32 master weights in `dtype`: bf16 autocast, or nothing for fp32."""
+    device_type = device.type if isinstance(device, torch.device) else device
+    return torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
+
+
 def load_model(name=None, trainable=False, device=None, dtype=None):
     """(model, tokenizer) for a causal LM; frozen unless `trainable`. Default dtype: bf16 on CUDA,
     fp32 on CPU (training there keeps fp32 master weights and autocasts to bf16)."""
@@ -154,11 +188,13 @@ class Reply:
 class LocalChat:
     """A Hugging Face causal LM answering batches of conversations with one `generate` call.
 
-    Weights in bf16 on CPU too: sampling needs no fp32, and it runs 4x faster here (bench.py)."""
+    Weights in `dtype` ('auto': bf16 where the hardware computes it natively, else fp32)."""
 
-    def __init__(self, name=None, device=None):
+    def __init__(self, name=None, device=None, dtype="auto"):
         self.name = name or EMBEDDED
-        self.model, self.tokenizer = load_model(name, device=device, dtype=torch.bfloat16)
+        self.dtype, why = compute_dtype(dtype, device)
+        describe_dtype(f"model {self.name}", self.dtype, why)
+        self.model, self.tokenizer = load_model(name, device=device, dtype=self.dtype)
 
     @torch.no_grad()
     def chat(self, conversations, max_new_tokens=256, temperature=1.0):
@@ -237,8 +273,8 @@ class EndpointChat:
         return len(self._encoding.encode(text, disallowed_special=()))
 
 
-def open_chat(name_or_url, device=None):
+def open_chat(name_or_url, device=None, dtype="auto"):
     """A URL -> EndpointChat; anything else (a folder, a hub id, 'embedded', None) -> LocalChat."""
     if name_or_url and name_or_url.startswith(("http://", "https://")):
         return EndpointChat(name_or_url)
-    return LocalChat(name_or_url, device=device)
+    return LocalChat(name_or_url, device=device, dtype=dtype)
