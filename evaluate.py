@@ -260,7 +260,7 @@ def main(argv=None):
             if isolation:
                 print(f"sandbox: network namespace {'on' if isolation.get('network') else 'OFF'}, "
                       f"PID namespace {'on' if isolation.get('pids') else 'OFF'}, "
-                      f"programs run as {isolation.get('user', '?')}")
+                      f"{isolation['tmp']}, programs run as {isolation.get('user', '?')}")
     seconds = time.monotonic() - start
 
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)

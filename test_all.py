@@ -6,12 +6,14 @@ checked against values computed by hand.
 import argparse
 import ast
 from collections import Counter
+import glob
 import http.server
 import json
 import math
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -30,7 +32,7 @@ from colbench.data import DataError, derive_task_id, load_tasks, load_trajectori
 from colbench.env import ANSWER_MARKER, Episode, html_page
 from colbench.models import EndpointChat, Reply, load_model, tokenize_turns
 from colbench.render import render
-from colbench.sandbox import decode_value, encode_value
+from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, Sandbox, decode_value, encode_value
 from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
 import critic
 from evaluate import extract_code
@@ -430,11 +432,12 @@ def trajectory(answer, task_id="double", reference=REFERENCE, calls=CALLS, **ext
 
 
 
-def evaluate(path, *args, timeout=60):
-    """Run the real script; returns (completed process, scored records or None, summary or None)."""
+def evaluate(path, *args, timeout=60, prefix=()):
+    """Run the real script (after `prefix`, a command that starts it); returns (completed process,
+    scored records or None, summary or None)."""
     out, summary = path + ".scored.jsonl", path + ".summary.json"
-    command = [sys.executable, os.path.join(ROOT, "evaluate.py"), path, "--out", out, "--summary-json", summary,
-               *args]
+    command = [*prefix, sys.executable, os.path.join(ROOT, "evaluate.py"), path, "--out", out,
+               "--summary-json", summary, *args]
     running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     stdout, stderr = running.communicate(timeout=timeout)
     process = subprocess.CompletedProcess(command, running.returncode, stdout, stderr)
@@ -464,6 +467,9 @@ def processes_with(marker):
 
 
 # --- hostile programs, all in one batch with honest ones ------------------------------------------
+PROJECT_LITTER = os.path.join(ROOT, "written_by_a_program")  # where a program must not write
+
+
 def hostile_programs(outside_dir, victim, port):
     """name -> (program, expected reward, expected category of a failing test or None)."""
     return {
@@ -486,6 +492,8 @@ def hostile_programs(outside_dir, victim, port):
                        "    return x * 2\n", 0.0, "exception"),
         "writes_outside": (f"def f(x):\n    open({str(outside_dir)!r} + '/written', 'w').write('x')\n"
                            "    return x * 2\n", 0.0, "exception"),
+        "writes_project": (f"def f(x):\n    open({PROJECT_LITTER!r}, 'w').write('x')\n    return x * 2\n",
+                           0.0, "exception"),
         "deletes_outside": (f"import os\ndef f(x):\n    os.remove({str(victim)!r})\n    return x * 2\n",
                             0.0, "exception"),
         "network_loopback": (f"import socket\ndef f(x):\n    socket.create_connection(('127.0.0.1', {port}), "
@@ -562,15 +570,25 @@ HOSTILE_CASES = list(hostile_programs("/nonexistent", "/nonexistent/victim", 1))
 # Why the failing ones fail: the sandbox stopped them, not a missing module or a bug of ours.
 FAILURE_DETAILS = {
     "endless_recursion": "RecursionError", "segfault": "SIGSEGV", "subprocess": "CalledProcessError",
-    "writes_outside": "PermissionError", "deletes_outside": "PermissionError",
+    "writes_outside": "PermissionError", "deletes_outside": "PermissionError", "writes_project": "PermissionError",
     "network_loopback": "Network is unreachable", "sys_exit": "SystemExit",
     "tampers_builtins": "returned 3, expected 2", "always_equal_object": "unserializable",
     "always_equal_int": "returned 0, expected 2", "honest_wrong": "returned 3, expected 2",
 }
 
 
-# Without root the programs run as the evaluator's own user (see docs_sandbox.md).
-NEEDS_ROOT = {"writes_outside", "deletes_outside", "subprocess", "kills_parent"}
+# Without root the programs run as the evaluator's own user (see the README's sandbox section).
+NEEDS_ROOT = {"writes_outside", "deletes_outside", "writes_project", "subprocess", "kills_parent"}
+
+
+def private_tmp_on(process):
+    """Whether evaluate.py reported a fresh tmpfs over /tmp, /var/tmp and /dev/shm for each program."""
+    return f"private {','.join(PRIVATE_PLACES)} ON" in process.stdout
+
+
+def hidden_from_programs(path, process):
+    """Whether `path` lies under a place that programs see as an empty tmpfs of their own."""
+    return private_tmp_on(process) and any(str(path).startswith(place + "/") for place in PRIVATE_PLACES)
 
 
 @pytest.mark.parametrize("name", HOSTILE_CASES)
@@ -584,7 +602,12 @@ def test_eval_hostile_case(hostile_run, name):
     assert record["success"] == (expected_reward == 1.0)
     assert record["tests_passed"] == round(expected_reward * 3)
     assert record["failure"] == expected_failure, record["test_results"]
-    assert FAILURE_DETAILS.get(name, "") in (record["failure_detail"] or ""), record["failure_detail"]
+    targets = {"writes_outside": hostile_run["outside"], "deletes_outside": hostile_run["victim"],
+               "writes_project": PROJECT_LITTER}
+    expected_detail = FAILURE_DETAILS.get(name, "")
+    if name in targets and hidden_from_programs(targets[name], hostile_run["process"]):
+        expected_detail = "FileNotFoundError"  # under /tmp: the program's own /tmp does not hold it
+    assert expected_detail in (record["failure_detail"] or ""), record["failure_detail"]
 
 
 def test_eval_hostile_partial_credit_is_per_test(hostile_run):
@@ -595,6 +618,7 @@ def test_eval_hostile_partial_credit_is_per_test(hostile_run):
 @pytest.mark.skipif(os.geteuid() != 0, reason="programs run as the evaluator's user when it is not root")
 def test_eval_hostile_side_effects_did_not_escape(hostile_run):
     assert list(hostile_run["outside"].iterdir()) == []  # no writes by open/os.system/subprocess
+    assert not os.path.exists(PROJECT_LITTER)
     assert hostile_run["victim"].read_text() == "keep me"
     assert hostile_run["connection"] is None  # nothing reached the loopback listener
     path, input_bytes = hostile_run["input"]
@@ -768,7 +792,6 @@ def test_eval_values_round_trip_with_types():
 
 
 def test_eval_fork_bomb_leaves_the_next_program_able_to_fork():
-    from colbench.sandbox import Sandbox
     bomb = "import os\ndef f(x):\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass\n"
     forker = ("import os\ndef f(x):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n"
               "    os.waitpid(pid, 0)\n    return x\n")
@@ -776,6 +799,86 @@ def test_eval_fork_bomb_leaves_the_next_program_able_to_fork():
         assert sandbox.run(bomb, [("a", "f(1)")])["results"]["a"]["error"] == "timeout"
         assert sandbox.run(forker, [("a", "f(1)"), ("b", "f(2)")])["results"] == {"a": {"value": 1},
                                                                                    "b": {"value": 2}}
+
+
+# --- what programs write: private to their runner, gone after each program ----------------------------
+SHM_FILL_CHUNKS = 16  # of 8 MB: past the cap, yet bounded where there is no cap (128 MB per test then)
+
+
+def litter_programs(token):
+    """name -> program, in the order they run on one runner: the first three leave files behind."""
+    places = repr(PRIVATE_PLACES)
+    litter = (f"    for place in filter(os.path.isdir, {places}):\n"
+              f"        os.makedirs(place + '/{token}-dir/sub', exist_ok=True)\n"
+              f"        open(place + '/{token}-dir/sub/file', 'w').write('x')\n"
+              f"        open(place + '/{token}-file-' + str(x), 'w').write('x')\n")
+    return {
+        "litters": "import os\ndef f(x):\n" + litter + "    return x * 2\n",
+        "unmounts_then_litters": ("import ctypes, os\ndef f(x):\n    libc = ctypes.CDLL(None)\n"
+                                  f"    for place in {places}:\n        libc.umount2(place.encode(), 2)\n"
+                                  + litter + "    return x * 2\n"),
+        "fills_shm": (f"def f(x):\n    for i in range({SHM_FILL_CHUNKS}):\n"
+                      f"        with open(f'/dev/shm/{token}-fill-{{x}}-{{i}}', 'wb') as out:\n"
+                      "            out.write(bytes(8 << 20))\n    return x * 2\n"),
+        "looks_for_litter": (f"import os\ndef f(x):\n    found = [name for place in filter(os.path.isdir, {places}) "
+                             f"for name in os.listdir(place) if name.startswith({token!r})]\n"
+                             "    return found or x * 2\n"),
+        "honest": "def f(x):\n    return x + x\n",
+    }
+
+
+@pytest.mark.parametrize("mount_namespace", [True, False], ids=["as-allowed", "without-CAP_SYS_ADMIN"])
+def test_eval_what_programs_write_is_private_and_gone_after_each_program(tmp_path, mount_namespace):
+    prefix = ()
+    if not mount_namespace:  # as in a container without CAP_SYS_ADMIN: no namespaces, cleaning instead
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            pytest.skip("needs root and setpriv to run the evaluator without CAP_SYS_ADMIN")
+        prefix = ("setpriv", "--bounding-set", "-sys_admin")
+    token = f"colbench-litter-{os.getpid()}-{mount_namespace}"
+    programs = litter_programs(token)
+    records = [trajectory(f"I WANT TO ANSWER:\n```python\n{program}```", sample_idx=i)
+               for i, program in enumerate(programs.values())]
+    path = write_jsonl(tmp_path / "litter.jsonl", records)
+    with open("/proc/self/mounts") as f:
+        mounts = f.read()
+    shm_used = shutil.disk_usage("/dev/shm").used
+    # One worker: one runner runs the programs in this order, so the last two come after the litter.
+    process, scored, _ = evaluate(path, "--timeout", "2", "--workers", "1", prefix=prefix)
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert [p for place in PRIVATE_PLACES for p in glob.glob(f"{place}/{token}*")] == []
+    assert shutil.disk_usage("/dev/shm").used - shm_used < 16 << 20
+    with open("/proc/self/mounts") as f:
+        assert f.read() == mounts  # the evaluator's side sees none of the runner's mounts
+    by_name = dict(zip(programs, scored))
+    for name in ("litters", "unmounts_then_litters", "looks_for_litter", "honest"):
+        assert by_name[name]["reward"] == 1.0, (name, by_name[name]["failure_detail"])
+    if private_tmp_on(process):
+        assert f"private {','.join(PRIVATE_PLACES)} ON (tmpfs, {PRIVATE_MB} MB each)" in process.stdout
+        assert by_name["fills_shm"]["failure"] == "exception"
+        assert "No space left on device" in by_name["fills_shm"]["failure_detail"]
+    else:
+        assert by_name["fills_shm"]["reward"] == 1.0  # no cap: all written, then removed
+    if mount_namespace:
+        # The network namespace needs the same privilege as the mount namespace.
+        assert private_tmp_on(process) == ("network namespace on" in process.stdout)
+    else:
+        assert "OFF: cleaned after each program" in process.stdout
+
+
+def test_eval_programs_on_one_runner_each_get_one_fresh_tmpfs_per_place():
+    token = f"colbench-litter-{os.getpid()}-runner"
+    census = ("import os\ndef f(x):\n    with open('/proc/self/mountinfo') as table:\n"
+              "        mounted = sorted(line.split()[4] for line in table if ' - tmpfs colbench-sandbox ' in line)\n"
+              f"    return mounted, [name for place in filter(os.path.isdir, {PRIVATE_PLACES!r}) "
+              f"for name in os.listdir(place) if name.startswith({token!r})]\n")
+    with Sandbox(timeout=2.0) as sandbox:
+        for _ in range(2):
+            assert sandbox.run(litter_programs(token)["litters"], [("a", "f(1)")])["results"] == {"a": {"value": 2}}
+        reply = sandbox.run(census, [("a", "f(1)")])
+    mounted, litter = reply["results"]["a"]["value"]
+    assert litter == []
+    # One each, not one stacked over another per program: an unmounted tmpfs frees its memory.
+    assert mounted == (sorted(filter(os.path.isdir, PRIVATE_PLACES)) if reply["isolation"]["private_tmp"] else [])
 
 
 # ================================================================ Tests of critic.py (to be merged into test_all.py): the loss by hand, the critic's prompt and its
