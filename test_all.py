@@ -32,7 +32,7 @@ from colbench.data import DataError, derive_task_id, load_tasks, load_trajectori
 from colbench.env import ANSWER_MARKER, Episode, html_page
 from colbench.models import EndpointChat, Reply, load_model, tokenize_turns
 from colbench.render import render
-from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, Sandbox, decode_value, encode_value
+from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value
 from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
 import critic
 from evaluate import extract_code
@@ -879,6 +879,24 @@ def test_eval_programs_on_one_runner_each_get_one_fresh_tmpfs_per_place():
     assert litter == []
     # One each, not one stacked over another per program: an unmounted tmpfs frees its memory.
     assert mounted == (sorted(filter(os.path.isdir, PRIVATE_PLACES)) if reply["isolation"]["private_tmp"] else [])
+
+
+def test_eval_runner_removes_the_folders_of_dead_runners_only():
+    ended = subprocess.Popen([sys.executable, "-c", ""])
+    ended.wait()
+    dead, live = (os.path.join(PRIVATE_PLACES[0], f"{WORKDIR_PREFIX}{pid}-planted") for pid in (ended.pid, os.getpid()))
+    for folder in (dead, live):
+        os.makedirs(os.path.join(folder, "sub"))
+        with open(os.path.join(folder, "sub", "file"), "w") as f:
+            f.write("x")
+    try:
+        with Sandbox(timeout=1.0) as sandbox:  # a runner clears stale folders as it starts
+            assert sandbox.run("def f(x):\n    return x\n", [("a", "f(1)")])["results"] == {"a": {"value": 1}}
+        assert not os.path.exists(dead)
+        assert os.path.exists(os.path.join(live, "sub", "file"))
+    finally:
+        shutil.rmtree(dead, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
 
 
 # ================================================================ Tests of critic.py (to be merged into test_all.py): the loss by hand, the critic's prompt and its

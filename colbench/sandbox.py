@@ -56,6 +56,9 @@ MINIMAL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
 PRIVATE_PLACES = ("/tmp", "/var/tmp", "/dev/shm")
 PRIVATE_MB = 64  # per place
 PRIVATE_INODES = 16384  # files and folders per place: empty files cost memory too
+# A job's working folder: /tmp/colbench-sandbox-<runner PID>-<random>, so that a later runner can
+# tell the folders of dead runners (a SIGKILLed evaluator) from live ones.
+WORKDIR_PREFIX = "colbench-sandbox-"
 
 # Programs run as user and group SANDBOX_ID_BASE + the runner's PID (when the evaluator is root):
 # above the ranges that systems hand out (accounts, containers' subordinate ids).
@@ -330,6 +333,24 @@ def _remove_owned(folder, uid):
             pass  # gone already, or not ours to remove
 
 
+def _remove_stale_workdirs():
+    """Remove the working folders of runners that are no longer alive (e.g. a SIGKILLed evaluator's)."""
+    for name in os.listdir(PRIVATE_PLACES[0]):
+        owner = name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        if name.startswith(WORKDIR_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(os.path.join(PRIVATE_PLACES[0], name), ignore_errors=True)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        pass
+    return True
+
+
 def _unprivileged_ids(runner_pid):
     """(uid, gid) for the programs of one runner: an id of their own, with no account behind it.
 
@@ -484,7 +505,7 @@ def _end_leftovers():
         time.sleep(0.001)
 
 
-def _supervise(job, isolation, ids, libc):
+def _supervise(job, isolation, ids, runner_pid, libc):
     """Run every test call of a job, a few at a time, each in a fresh process; return the results."""
     isolation["user"] = f"uid {ids[0]} (no account)" if ids else "the evaluator's user"
     # A fresh tmpfs for this program where the runner has a mount namespace; the report says if it got one.
@@ -493,7 +514,7 @@ def _supervise(job, isolation, ids, libc):
     places = ",".join(PRIVATE_PLACES)
     isolation["tmp"] = (f"private {places} ON (tmpfs, {PRIVATE_MB} MB each)" if isolation["private_tmp"] else
                         f"private {places} OFF: " + ("cleaned after each program" if ids else "not cleaned"))
-    workdir = tempfile.mkdtemp(prefix="colbench-sandbox-", dir=PRIVATE_PLACES[0])
+    workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{runner_pid}-", dir=PRIVATE_PLACES[0])
     if ids:
         os.chown(workdir, *ids)
     output_r, output_w = os.pipe()
@@ -574,6 +595,7 @@ def serve(parent_pid):
         except ImportError:
             pass
     runner_pid = os.getpid()
+    _remove_stale_workdirs()
     ids = _unprivileged_ids(runner_pid)
     isolation = _enter_namespaces(libc)
     isolation["private_tmp"] = _enter_mount_namespace(libc)
@@ -586,7 +608,7 @@ def serve(parent_pid):
             os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
         _die_with_parent(libc, runner_pid)
     for line in sys.stdin.buffer:
-        reply = _supervise(json.loads(line), dict(isolation), ids, libc)
+        reply = _supervise(json.loads(line), dict(isolation), ids, runner_pid, libc)
         data = (json.dumps(reply) + "\n").encode()
         while data:
             data = data[os.write(1, data):]
