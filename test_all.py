@@ -681,13 +681,39 @@ def test_eval_official_rule_and_official_format(tmp_path):
     exact, loose = scored
     assert exact["task_id"].startswith("task-") and exact["task_id"] == loose["task_id"]
     assert [exact["sample_idx"], loose["sample_idx"]] == [0, 1]
-    assert exact["test_results"] == {"none": "reference gave None", "zero": "pass", "pair": "pass",
+    # The reference's None is the task's fault: that test is not counted (the official evaluator fails it).
+    assert exact["test_results"] == {"none": "broken test", "zero": "pass", "pair": "pass", "nested": "pass"}
+    assert exact["reward"] == 1.0 and exact["success"]  # re-scored, the old 0.123 replaced
+    assert exact["broken_tests"] == {"none": "reference returned None"} and exact["tests_total"] == 3
+    assert loose["test_results"] == {"none": "broken test", "zero": "pass", "pair": "wrong output",
                                      "nested": "pass"}
-    assert exact["reward"] == 0.75 and not exact["success"]  # re-scored, the old 0.123 replaced
-    assert loose["test_results"] == {"none": "reference gave None", "zero": "pass", "pair": "wrong output",
-                                     "nested": "pass"}
-    assert summary["mean_tests_passed_pct"] == 62.5
-    assert summary["best_of_k"] == {"k": 2, "tests_passed_pct": 75.0, "success_rate_pct": 0.0}
+    assert loose["reward"] == pytest.approx(2 / 3) and loose["failure"] == "wrong output"
+    assert summary["mean_tests_passed_pct"] == 83.33
+    assert summary["best_of_k"] == {"k": 2, "tests_passed_pct": 100.0, "success_rate_pct": 100.0}
+
+
+def test_eval_broken_tests_are_the_tasks_fault_not_the_candidates(tmp_path):
+    reference = ("def div(a, b):\n    if b == 5:\n        return None\n    if b == 7:\n        while True:\n"
+                 "            pass\n    return a / b\n")
+    calls = {"test1": "div(4, 2)", "test2": "div(1, 0)", "test3": "div(9, 3)", "test4": "div(1, 5)",
+             "test5": "div(1, 7)"}
+    answers = {"same": reference,
+               "handles_zero": "def div(a, b):\n    return a / b if b else 0\n",
+               "wrong": "def div(a, b):\n    return a * b\n"}
+    records = [trajectory(f"I WANT TO ANSWER:\n```python\n{code}```", task_id="div", reference=reference,
+                          calls=calls, sample_idx=i) for i, code in enumerate(answers.values())]
+    process, scored, summary = evaluate(write_jsonl(tmp_path / "broken.jsonl", records), "--timeout", "1")
+    assert process.returncode == 0, process.stderr[-2000:]
+    same, handles_zero, wrong = scored
+    broken = {"test2": "reference raised ZeroDivisionError: division by zero", "test4": "reference returned None",
+              "test5": "reference: timeout (exceeded the per-test time limit)"}
+    for record in (same, handles_zero):
+        assert (record["reward"], record["success"], record["failure"]) == (1.0, True, None), record["test_results"]
+        assert (record["tests_passed"], record["tests_total"], record["broken_tests"]) == (2, 2, broken)
+        assert [record["test_results"][name] for name in broken] == ["broken test"] * 3
+    assert (wrong["reward"], wrong["failure"], wrong["tests_total"]) == (0.0, "wrong output", 2)
+    assert summary["broken_tests"] == [f"task div {name}: {reason}" for name, reason in broken.items()]
+    assert "broken tests (not counted): 3 (task div test2: reference raised ZeroDivisionError" in process.stdout
 
 
 def test_eval_keep_rewards_and_best_of_k(tmp_path):
