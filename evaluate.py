@@ -44,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from tqdm import tqdm
 
 from colbench import frontend
+from colbench.cli import positive_float, positive_int
 from colbench.data import DataError, default_output, load_trajectories, task_kind
 from colbench.render import ChromiumMissing
 from colbench.sandbox import Sandbox
@@ -57,9 +58,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("trajectories", help="trajectory JSONL (project schema or official offline file)")
     parser.add_argument("--out", help="scored JSONL (default: runs/<stem>.scored.jsonl)")
-    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
+    parser.add_argument("--workers", type=positive_int, default=len(os.sched_getaffinity(0)),
                         help="sandboxes running side by side (default: number of cores)")
-    parser.add_argument("--timeout", type=float, default=1.0,
+    parser.add_argument("--timeout", type=positive_float, default=1.0,
                         help="seconds per test call, wall clock, as in the official evaluator")
     parser.add_argument("--summary-json", help="also write the summary metrics to this file")
     parser.add_argument("--keep-rewards", action="store_true",
@@ -144,7 +145,7 @@ def main_failure(outcomes):
 def score_backend(records, args, progress):
     """Add reward fields to each backend record, in place; returns the sandbox's isolation report."""
     sandboxes = queue.Queue()
-    for _ in range(max(1, args.workers)):
+    for _ in range(args.workers):
         sandboxes.put(Sandbox(timeout=args.timeout).start())  # started here: see PR_SET_PDEATHSIG
     isolation = {}
 
@@ -164,7 +165,7 @@ def score_backend(records, args, progress):
     progress.total += len(tasks)
     references = {}
     try:
-        with ThreadPoolExecutor(max(1, args.workers)) as pool:
+        with ThreadPoolExecutor(args.workers) as pool:
             # Reference results, once per task.
             jobs = {pool.submit(in_sandbox, task["ground_truth"], list(task["test_cases"].items())): key
                     for key, task in tasks.items()}

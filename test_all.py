@@ -28,6 +28,7 @@ import torch
 from transformers import AutoTokenizer
 
 from colbench import frontend
+from colbench.cli import fraction, non_negative_float, non_negative_int, positive_float, positive_int
 from colbench.data import DataError, derive_task_id, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, Episode, html_page
 from colbench.models import EndpointChat, Reply, load_model, tokenize_turns
@@ -758,6 +759,33 @@ def test_eval_missing_file_and_frontend_without_clip_weights(tmp_path):
     process, _, _ = evaluate(write_jsonl(tmp_path / "front.jsonl", [page]))
     assert process.returncode == 2
     assert "--clip PATH" in process.stderr and "Traceback" not in process.stderr  # offline: says how to pass a checkpoint
+
+
+@pytest.mark.parametrize("check, accepted, refused", [
+    (positive_int, {"1": 1, "16": 16}, ["0", "-1", "1.5", "two", ""]),
+    (non_negative_int, {"0": 0, "7": 7}, ["-1", "0.5", "x"]),
+    (positive_float, {"0.5": 0.5, "3": 3.0, "1e-9": 1e-9}, ["0", "-0.0", "-1", "nan", "inf", "x"]),
+    (non_negative_float, {"0": 0.0, "2.5": 2.5}, ["-0.1", "nan", "inf", "x"]),
+    (fraction, {"1": 1.0, "0.25": 0.25}, ["0", "1.01", "-0.5", "nan", "x"]),
+])
+def test_cli_types_accept_their_range_only(check, accepted, refused):
+    assert {text: check(text) for text in accepted} == accepted
+    for text in refused:
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(text))):
+            check(text)
+
+
+@pytest.mark.parametrize("flag, value, allowed", [
+    ("--timeout", "0", "a finite number > 0"), ("--timeout", "-1", "a finite number > 0"),
+    ("--workers", "0", "an integer >= 1"), ("--workers", "-2", "an integer >= 1"),
+])
+def test_eval_refuses_a_bad_flag_value_at_parse_time(tmp_path, flag, value, allowed):
+    path = write_jsonl(tmp_path / "in.jsonl", [trajectory("def f(x):\n    return x * 2\n")])
+    process, _, _ = evaluate(path, flag, value)
+    assert process.returncode == 2
+    assert f"error: argument {flag}: '{value}' is not {allowed}" in process.stderr
+    assert "Traceback" not in process.stderr
+    assert sorted(os.listdir(tmp_path)) == ["in.jsonl"]  # no output, no summary
 
 
 def test_eval_refuses_to_overwrite_its_input(tmp_path):
