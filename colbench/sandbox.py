@@ -342,6 +342,7 @@ def _remove_stale_workdirs():
 
 
 def _alive(pid):
+    """Whether a process with this PID exists, ours or another user's."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
