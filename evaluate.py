@@ -6,17 +6,23 @@ Reads trajectories in the project's schema, or official ColBench offline files a
 are derived; a `reward` already present is re-scored unless --keep-rewards). For each backend
 trajectory it takes the final code out of `answer`, runs the task's reference solution and the
 candidate on every test call, and adds to the line:
-    reward          fraction of tests passed      success         all tests passed
-    tests_passed    tests_total                   test_results    {test name: "pass" or its category}
+    reward          tests_passed / tests_total    success         all counted tests passed
+    tests_passed    tests_total (counted tests)   test_results    {test name: "pass" or its category}
     failure         the main failure category, or null; failure_detail: e.g. "ZeroDivisionError: ..."
-Failure categories: syntax error, exception, timeout, wrong output, out of memory, crashed, and
-"reference gave None" (tests the official rule cannot count).
+    broken_tests    {test name: why it is not counted}, e.g. "reference raised ZeroDivisionError: ..."
+Failure categories: syntax error, exception, timeout, wrong output, out of memory, crashed.
 
 The rule is the official evaluator's: a test passes when the candidate's return value equals the
-reference's under Python's `==` (so 0 == 0.0) and the reference's value is not None. Unlike the
-official evaluator, no model-written code (reference solutions included) runs in this process:
-everything runs in colbench/sandbox.py, which sends the return values back as plain data, and the
-comparison happens here. Reference values are computed once per task.
+reference's under Python's `==` (so 0 == 0.0) and the reference's value is not None. A test whose
+reference gives no value to compare with (it raises, times out, crashes, or returns None) is
+broken: the task's fault, not the candidate's. It is marked "broken test" in test_results, left
+out of tests_total (so of reward and success), and named in the summary. The official evaluator
+counts it as failed for every candidate instead: its reward is tests_passed / (tests_total +
+len(broken_tests)). The shipped tasks have no broken test.
+
+Unlike the official evaluator, no model-written code (reference solutions included) runs in this
+process: everything runs in colbench/sandbox.py, which sends the return values back as plain data,
+and the comparison happens here. Reference values are computed once per task.
 
 Frontend trajectories (an HTML reference): the final page and the reference page are rendered by
 headless chromium (colbench/render.py; a page that fails counts as blank) and `reward` is the
@@ -38,22 +44,23 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from tqdm import tqdm
 
 from colbench import frontend
+from colbench.cli import positive_float, positive_int
 from colbench.data import DataError, default_output, load_trajectories, task_kind
 from colbench.render import ChromiumMissing
 from colbench.sandbox import Sandbox
 
 ANSWER_MARKER = "I WANT TO ANSWER:"
-CATEGORIES = ("syntax error", "exception", "timeout", "wrong output", "out of memory", "crashed",
-              "reference gave None")
+CATEGORIES = ("syntax error", "exception", "timeout", "wrong output", "out of memory", "crashed")
+BROKEN = "broken test"  # in test_results: the reference gave nothing to compare with
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("trajectories", help="trajectory JSONL (project schema or official offline file)")
     parser.add_argument("--out", help="scored JSONL (default: runs/<stem>.scored.jsonl)")
-    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
+    parser.add_argument("--workers", type=positive_int, default=len(os.sched_getaffinity(0)),
                         help="sandboxes running side by side (default: number of cores)")
-    parser.add_argument("--timeout", type=float, default=1.0,
+    parser.add_argument("--timeout", type=positive_float, default=1.0,
                         help="seconds per test call, wall clock, as in the official evaluator")
     parser.add_argument("--summary-json", help="also write the summary metrics to this file")
     parser.add_argument("--keep-rewards", action="store_true",
@@ -101,13 +108,23 @@ def extract_code(answer):
 
 
 # --- backend scoring -------------------------------------------------------------------------------
+def broken_reason(reference):
+    """Why a test cannot count, from the reference's result on it; None when it has a value to compare with."""
+    if reference.get("value") is not None:
+        return None
+    if "value" in reference:
+        return "reference returned None"  # the official rule never counts it
+    error, detail = reference.get("error", "crashed"), reference.get("detail", "")
+    if error == "exception":
+        return f"reference raised {detail}"
+    return f"reference: {error}" + (f" ({detail})" if detail else "")
+
+
 def judge(result, reference):
-    """('pass' or a failure category, detail) for one test; the official rule on the reference's value."""
+    """('pass' or a failure category, detail) for one test whose reference value is not None."""
     if "value" not in result:
         error = result.get("error")
-        return (error if error in CATEGORIES[:6] else "crashed"), result.get("detail", "")
-    if reference is None:
-        return "reference gave None", ""
+        return (error if error in CATEGORIES else "crashed"), result.get("detail", "")
     try:
         if result["value"] == reference:
             return "pass", ""
@@ -128,7 +145,7 @@ def main_failure(outcomes):
 def score_backend(records, args, progress):
     """Add reward fields to each backend record, in place; returns the sandbox's isolation report."""
     sandboxes = queue.Queue()
-    for _ in range(max(1, args.workers)):
+    for _ in range(args.workers):
         sandboxes.put(Sandbox(timeout=args.timeout).start())  # started here: see PR_SET_PDEATHSIG
     isolation = {}
 
@@ -148,21 +165,23 @@ def score_backend(records, args, progress):
     progress.total += len(tasks)
     references = {}
     try:
-        with ThreadPoolExecutor(max(1, args.workers)) as pool:
-            # Reference values, once per task; an error counts like None (the test cannot pass).
+        with ThreadPoolExecutor(args.workers) as pool:
+            # Reference results, once per task.
             jobs = {pool.submit(in_sandbox, task["ground_truth"], list(task["test_cases"].items())): key
                     for key, task in tasks.items()}
             for job in as_completed(jobs):
-                results = job.result()
-                references[jobs[job]] = {name: result.get("value") for name, result in results.items()}
+                references[jobs[job]] = job.result()
                 progress.update(1)
             jobs = {pool.submit(in_sandbox, extract_code(r["answer"]), list(r["task"]["test_cases"].items())): r
                     for r in records}
             for job in as_completed(jobs):
                 record, results = jobs[job], job.result()
                 reference = references[task_key(record["task"])]
-                judged = {name: judge(results.get(name, {"error": "crashed"}), reference.get(name))
-                          for name in record["task"]["test_cases"]}
+                names = list(record["task"]["test_cases"])
+                reasons = {name: broken_reason(reference.get(name, {"error": "crashed"})) for name in names}
+                broken = {name: reason for name, reason in reasons.items() if reason}
+                judged = {name: judge(results.get(name, {"error": "crashed"}), reference[name]["value"])
+                          for name in names if name not in broken}
                 outcomes = {name: outcome for name, (outcome, _) in judged.items()}
                 passed = sum(outcome == "pass" for outcome in outcomes.values())
                 failure = main_failure(outcomes.values())
@@ -170,7 +189,8 @@ def score_backend(records, args, progress):
                               success=bool(outcomes) and passed == len(outcomes),
                               tests_passed=passed, tests_total=len(outcomes), failure=failure,
                               failure_detail=next((d for o, d in judged.values() if o == failure), None),
-                              test_results=outcomes)
+                              test_results={name: outcomes.get(name, BROKEN) for name in names},
+                              broken_tests=broken)
                 progress.update(1)
     finally:
         while not sandboxes.empty():
@@ -226,6 +246,10 @@ def summarize(records):
             "success_rate_pct": pct(any(r.get("success", r["reward"] == 1) for r in s)
                                     for s in by_task.values())}
     summary["failures"] = dict(collections.Counter(r["failure"] for r in records if r.get("failure")))
+    broken = {(r["task_id"], name): reason
+              for r in records for name, reason in r.get("broken_tests", {}).items()}
+    summary["broken_tests"] = [f"task {task_id} {name}: {reason}"
+                               for (task_id, name), reason in sorted(broken.items())]
     return summary
 
 
@@ -260,7 +284,7 @@ def main(argv=None):
             if isolation:
                 print(f"sandbox: network namespace {'on' if isolation.get('network') else 'OFF'}, "
                       f"PID namespace {'on' if isolation.get('pids') else 'OFF'}, "
-                      f"programs run as {isolation.get('user', '?')}")
+                      f"{isolation['tmp']}, programs run as {isolation.get('user', '?')}")
     seconds = time.monotonic() - start
 
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
@@ -307,6 +331,11 @@ def main(argv=None):
             print(f"best-of-{best['k']}: {best['tests_passed_pct']:.1f}% tests passed, "
                   f"{best['success_rate_pct']:.1f}% success")
         print(f"failures: {summary['failures']}")
+        if summary["broken_tests"]:
+            shown = summary["broken_tests"][:3]
+            more = len(summary["broken_tests"]) - len(shown)
+            print(f"broken tests (not counted): {len(summary['broken_tests'])} ({'; '.join(shown)}"
+                  + (f"; {more} more in the summary and the scored file's broken_tests" if more else "") + ")")
     print(f"scored {len(to_score)} in {seconds:.1f} s ({summary['trajectories_per_s']} trajectories/s)")
     print(f"wrote {out}")
     if args.summary_json:

@@ -6,12 +6,14 @@ checked against values computed by hand.
 import argparse
 import ast
 from collections import Counter
+import glob
 import http.server
 import json
 import math
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -26,11 +28,12 @@ import torch
 from transformers import AutoTokenizer
 
 from colbench import frontend
+from colbench.cli import fraction, non_negative_float, non_negative_int, positive_float, positive_int
 from colbench.data import DataError, derive_task_id, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, Episode, html_page
 from colbench.models import EndpointChat, Reply, load_model, tokenize_turns
 from colbench.render import render
-from colbench.sandbox import decode_value, encode_value
+from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value
 from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
 import critic
 from evaluate import extract_code
@@ -430,11 +433,12 @@ def trajectory(answer, task_id="double", reference=REFERENCE, calls=CALLS, **ext
 
 
 
-def evaluate(path, *args, timeout=60):
-    """Run the real script; returns (completed process, scored records or None, summary or None)."""
+def evaluate(path, *args, timeout=60, prefix=()):
+    """Run the real script (after `prefix`, a command that starts it); returns (completed process,
+    scored records or None, summary or None)."""
     out, summary = path + ".scored.jsonl", path + ".summary.json"
-    command = [sys.executable, os.path.join(ROOT, "evaluate.py"), path, "--out", out, "--summary-json", summary,
-               *args]
+    command = [*prefix, sys.executable, os.path.join(ROOT, "evaluate.py"), path, "--out", out,
+               "--summary-json", summary, *args]
     running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     stdout, stderr = running.communicate(timeout=timeout)
     process = subprocess.CompletedProcess(command, running.returncode, stdout, stderr)
@@ -464,6 +468,9 @@ def processes_with(marker):
 
 
 # --- hostile programs, all in one batch with honest ones ------------------------------------------
+PROJECT_LITTER = os.path.join(ROOT, "written_by_a_program")  # where a program must not write
+
+
 def hostile_programs(outside_dir, victim, port):
     """name -> (program, expected reward, expected category of a failing test or None)."""
     return {
@@ -486,6 +493,8 @@ def hostile_programs(outside_dir, victim, port):
                        "    return x * 2\n", 0.0, "exception"),
         "writes_outside": (f"def f(x):\n    open({str(outside_dir)!r} + '/written', 'w').write('x')\n"
                            "    return x * 2\n", 0.0, "exception"),
+        "writes_project": (f"def f(x):\n    open({PROJECT_LITTER!r}, 'w').write('x')\n    return x * 2\n",
+                           0.0, "exception"),
         "deletes_outside": (f"import os\ndef f(x):\n    os.remove({str(victim)!r})\n    return x * 2\n",
                             0.0, "exception"),
         "network_loopback": (f"import socket\ndef f(x):\n    socket.create_connection(('127.0.0.1', {port}), "
@@ -562,15 +571,25 @@ HOSTILE_CASES = list(hostile_programs("/nonexistent", "/nonexistent/victim", 1))
 # Why the failing ones fail: the sandbox stopped them, not a missing module or a bug of ours.
 FAILURE_DETAILS = {
     "endless_recursion": "RecursionError", "segfault": "SIGSEGV", "subprocess": "CalledProcessError",
-    "writes_outside": "PermissionError", "deletes_outside": "PermissionError",
+    "writes_outside": "PermissionError", "deletes_outside": "PermissionError", "writes_project": "PermissionError",
     "network_loopback": "Network is unreachable", "sys_exit": "SystemExit",
     "tampers_builtins": "returned 3, expected 2", "always_equal_object": "unserializable",
     "always_equal_int": "returned 0, expected 2", "honest_wrong": "returned 3, expected 2",
 }
 
 
-# Without root the programs run as the evaluator's own user (see docs_sandbox.md).
-NEEDS_ROOT = {"writes_outside", "deletes_outside", "subprocess", "kills_parent"}
+# Without root the programs run as the evaluator's own user (see the README's sandbox section).
+NEEDS_ROOT = {"writes_outside", "deletes_outside", "writes_project", "subprocess", "kills_parent"}
+
+
+def private_tmp_on(process):
+    """Whether evaluate.py reported a fresh tmpfs over /tmp, /var/tmp and /dev/shm for each program."""
+    return f"private {','.join(PRIVATE_PLACES)} ON" in process.stdout
+
+
+def hidden_from_programs(path, process):
+    """Whether `path` lies under a place that programs see as an empty tmpfs of their own."""
+    return private_tmp_on(process) and any(str(path).startswith(place + "/") for place in PRIVATE_PLACES)
 
 
 @pytest.mark.parametrize("name", HOSTILE_CASES)
@@ -584,7 +603,12 @@ def test_eval_hostile_case(hostile_run, name):
     assert record["success"] == (expected_reward == 1.0)
     assert record["tests_passed"] == round(expected_reward * 3)
     assert record["failure"] == expected_failure, record["test_results"]
-    assert FAILURE_DETAILS.get(name, "") in (record["failure_detail"] or ""), record["failure_detail"]
+    targets = {"writes_outside": hostile_run["outside"], "deletes_outside": hostile_run["victim"],
+               "writes_project": PROJECT_LITTER}
+    expected_detail = FAILURE_DETAILS.get(name, "")
+    if name in targets and hidden_from_programs(targets[name], hostile_run["process"]):
+        expected_detail = "FileNotFoundError"  # under /tmp: the program's own /tmp does not hold it
+    assert expected_detail in (record["failure_detail"] or ""), record["failure_detail"]
 
 
 def test_eval_hostile_partial_credit_is_per_test(hostile_run):
@@ -595,6 +619,7 @@ def test_eval_hostile_partial_credit_is_per_test(hostile_run):
 @pytest.mark.skipif(os.geteuid() != 0, reason="programs run as the evaluator's user when it is not root")
 def test_eval_hostile_side_effects_did_not_escape(hostile_run):
     assert list(hostile_run["outside"].iterdir()) == []  # no writes by open/os.system/subprocess
+    assert not os.path.exists(PROJECT_LITTER)
     assert hostile_run["victim"].read_text() == "keep me"
     assert hostile_run["connection"] is None  # nothing reached the loopback listener
     path, input_bytes = hostile_run["input"]
@@ -657,13 +682,39 @@ def test_eval_official_rule_and_official_format(tmp_path):
     exact, loose = scored
     assert exact["task_id"].startswith("task-") and exact["task_id"] == loose["task_id"]
     assert [exact["sample_idx"], loose["sample_idx"]] == [0, 1]
-    assert exact["test_results"] == {"none": "reference gave None", "zero": "pass", "pair": "pass",
+    # The reference's None is the task's fault: that test is not counted (the official evaluator fails it).
+    assert exact["test_results"] == {"none": "broken test", "zero": "pass", "pair": "pass", "nested": "pass"}
+    assert exact["reward"] == 1.0 and exact["success"]  # re-scored, the old 0.123 replaced
+    assert exact["broken_tests"] == {"none": "reference returned None"} and exact["tests_total"] == 3
+    assert loose["test_results"] == {"none": "broken test", "zero": "pass", "pair": "wrong output",
                                      "nested": "pass"}
-    assert exact["reward"] == 0.75 and not exact["success"]  # re-scored, the old 0.123 replaced
-    assert loose["test_results"] == {"none": "reference gave None", "zero": "pass", "pair": "wrong output",
-                                     "nested": "pass"}
-    assert summary["mean_tests_passed_pct"] == 62.5
-    assert summary["best_of_k"] == {"k": 2, "tests_passed_pct": 75.0, "success_rate_pct": 0.0}
+    assert loose["reward"] == pytest.approx(2 / 3) and loose["failure"] == "wrong output"
+    assert summary["mean_tests_passed_pct"] == 83.33
+    assert summary["best_of_k"] == {"k": 2, "tests_passed_pct": 100.0, "success_rate_pct": 100.0}
+
+
+def test_eval_broken_tests_are_the_tasks_fault_not_the_candidates(tmp_path):
+    reference = ("def div(a, b):\n    if b == 5:\n        return None\n    if b == 7:\n        while True:\n"
+                 "            pass\n    return a / b\n")
+    calls = {"test1": "div(4, 2)", "test2": "div(1, 0)", "test3": "div(9, 3)", "test4": "div(1, 5)",
+             "test5": "div(1, 7)"}
+    answers = {"same": reference,
+               "handles_zero": "def div(a, b):\n    return a / b if b else 0\n",
+               "wrong": "def div(a, b):\n    return a * b\n"}
+    records = [trajectory(f"I WANT TO ANSWER:\n```python\n{code}```", task_id="div", reference=reference,
+                          calls=calls, sample_idx=i) for i, code in enumerate(answers.values())]
+    process, scored, summary = evaluate(write_jsonl(tmp_path / "broken.jsonl", records), "--timeout", "1")
+    assert process.returncode == 0, process.stderr[-2000:]
+    same, handles_zero, wrong = scored
+    broken = {"test2": "reference raised ZeroDivisionError: division by zero", "test4": "reference returned None",
+              "test5": "reference: timeout (exceeded the per-test time limit)"}
+    for record in (same, handles_zero):
+        assert (record["reward"], record["success"], record["failure"]) == (1.0, True, None), record["test_results"]
+        assert (record["tests_passed"], record["tests_total"], record["broken_tests"]) == (2, 2, broken)
+        assert [record["test_results"][name] for name in broken] == ["broken test"] * 3
+    assert (wrong["reward"], wrong["failure"], wrong["tests_total"]) == (0.0, "wrong output", 2)
+    assert summary["broken_tests"] == [f"task div {name}: {reason}" for name, reason in broken.items()]
+    assert "broken tests (not counted): 3 (task div test2: reference raised ZeroDivisionError" in process.stdout
 
 
 def test_eval_keep_rewards_and_best_of_k(tmp_path):
@@ -708,6 +759,33 @@ def test_eval_missing_file_and_frontend_without_clip_weights(tmp_path):
     process, _, _ = evaluate(write_jsonl(tmp_path / "front.jsonl", [page]))
     assert process.returncode == 2
     assert "--clip PATH" in process.stderr and "Traceback" not in process.stderr  # offline: says how to pass a checkpoint
+
+
+@pytest.mark.parametrize("check, accepted, refused", [
+    (positive_int, {"1": 1, "16": 16}, ["0", "-1", "1.5", "two", ""]),
+    (non_negative_int, {"0": 0, "7": 7}, ["-1", "0.5", "x"]),
+    (positive_float, {"0.5": 0.5, "3": 3.0, "1e-9": 1e-9}, ["0", "-0.0", "-1", "nan", "inf", "x"]),
+    (non_negative_float, {"0": 0.0, "2.5": 2.5}, ["-0.1", "nan", "inf", "x"]),
+    (fraction, {"1": 1.0, "0.25": 0.25}, ["0", "1.01", "-0.5", "nan", "x"]),
+])
+def test_cli_types_accept_their_range_only(check, accepted, refused):
+    assert {text: check(text) for text in accepted} == accepted
+    for text in refused:
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(text))):
+            check(text)
+
+
+@pytest.mark.parametrize("flag, value, allowed", [
+    ("--timeout", "0", "a finite number > 0"), ("--timeout", "-1", "a finite number > 0"),
+    ("--workers", "0", "an integer >= 1"), ("--workers", "-2", "an integer >= 1"),
+])
+def test_eval_refuses_a_bad_flag_value_at_parse_time(tmp_path, flag, value, allowed):
+    path = write_jsonl(tmp_path / "in.jsonl", [trajectory("def f(x):\n    return x * 2\n")])
+    process, _, _ = evaluate(path, flag, value)
+    assert process.returncode == 2
+    assert f"error: argument {flag}: '{value}' is not {allowed}" in process.stderr
+    assert "Traceback" not in process.stderr
+    assert sorted(os.listdir(tmp_path)) == ["in.jsonl"]  # no output, no summary
 
 
 def test_eval_refuses_to_overwrite_its_input(tmp_path):
@@ -768,7 +846,6 @@ def test_eval_values_round_trip_with_types():
 
 
 def test_eval_fork_bomb_leaves_the_next_program_able_to_fork():
-    from colbench.sandbox import Sandbox
     bomb = "import os\ndef f(x):\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass\n"
     forker = ("import os\ndef f(x):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n"
               "    os.waitpid(pid, 0)\n    return x\n")
@@ -776,6 +853,104 @@ def test_eval_fork_bomb_leaves_the_next_program_able_to_fork():
         assert sandbox.run(bomb, [("a", "f(1)")])["results"]["a"]["error"] == "timeout"
         assert sandbox.run(forker, [("a", "f(1)"), ("b", "f(2)")])["results"] == {"a": {"value": 1},
                                                                                    "b": {"value": 2}}
+
+
+# --- what programs write: private to their runner, gone after each program ----------------------------
+SHM_FILL_CHUNKS = 16  # of 8 MB: past the cap, yet bounded where there is no cap (128 MB per test then)
+
+
+def litter_programs(token):
+    """name -> program, in the order they run on one runner: the first three leave files behind."""
+    places = repr(PRIVATE_PLACES)
+    litter = (f"    for place in filter(os.path.isdir, {places}):\n"
+              f"        os.makedirs(place + '/{token}-dir/sub', exist_ok=True)\n"
+              f"        open(place + '/{token}-dir/sub/file', 'w').write('x')\n"
+              f"        open(place + '/{token}-file-' + str(x), 'w').write('x')\n")
+    return {
+        "litters": "import os\ndef f(x):\n" + litter + "    return x * 2\n",
+        "unmounts_then_litters": ("import ctypes, os\ndef f(x):\n    libc = ctypes.CDLL(None)\n"
+                                  f"    for place in {places}:\n        libc.umount2(place.encode(), 2)\n"
+                                  + litter + "    return x * 2\n"),
+        "fills_shm": (f"def f(x):\n    for i in range({SHM_FILL_CHUNKS}):\n"
+                      f"        with open(f'/dev/shm/{token}-fill-{{x}}-{{i}}', 'wb') as out:\n"
+                      "            out.write(bytes(8 << 20))\n    return x * 2\n"),
+        "looks_for_litter": (f"import os\ndef f(x):\n    found = [name for place in filter(os.path.isdir, {places}) "
+                             f"for name in os.listdir(place) if name.startswith({token!r})]\n"
+                             "    return found or x * 2\n"),
+        "honest": "def f(x):\n    return x + x\n",
+    }
+
+
+@pytest.mark.parametrize("mount_namespace", [True, False], ids=["as-allowed", "without-CAP_SYS_ADMIN"])
+def test_eval_what_programs_write_is_private_and_gone_after_each_program(tmp_path, mount_namespace):
+    prefix = ()
+    if not mount_namespace:  # as in a container without CAP_SYS_ADMIN: no namespaces, cleaning instead
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            pytest.skip("needs root and setpriv to run the evaluator without CAP_SYS_ADMIN")
+        prefix = ("setpriv", "--bounding-set", "-sys_admin")
+    token = f"colbench-litter-{os.getpid()}-{mount_namespace}"
+    programs = litter_programs(token)
+    records = [trajectory(f"I WANT TO ANSWER:\n```python\n{program}```", sample_idx=i)
+               for i, program in enumerate(programs.values())]
+    path = write_jsonl(tmp_path / "litter.jsonl", records)
+    with open("/proc/self/mounts") as f:
+        mounts = f.read()
+    shm_used = shutil.disk_usage("/dev/shm").used
+    # One worker: one runner runs the programs in this order, so the last two come after the litter.
+    process, scored, _ = evaluate(path, "--timeout", "2", "--workers", "1", prefix=prefix)
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert [p for place in PRIVATE_PLACES for p in glob.glob(f"{place}/{token}*")] == []
+    assert shutil.disk_usage("/dev/shm").used - shm_used < 16 << 20
+    with open("/proc/self/mounts") as f:
+        assert f.read() == mounts  # the evaluator's side sees none of the runner's mounts
+    by_name = dict(zip(programs, scored))
+    for name in ("litters", "unmounts_then_litters", "looks_for_litter", "honest"):
+        assert by_name[name]["reward"] == 1.0, (name, by_name[name]["failure_detail"])
+    if private_tmp_on(process):
+        assert f"private {','.join(PRIVATE_PLACES)} ON (tmpfs, {PRIVATE_MB} MB each)" in process.stdout
+        assert by_name["fills_shm"]["failure"] == "exception"
+        assert "No space left on device" in by_name["fills_shm"]["failure_detail"]
+    else:
+        assert by_name["fills_shm"]["reward"] == 1.0  # no cap: all written, then removed
+    if mount_namespace:
+        # The network namespace needs the same privilege as the mount namespace.
+        assert private_tmp_on(process) == ("network namespace on" in process.stdout)
+    else:
+        assert "OFF: cleaned after each program" in process.stdout
+
+
+def test_eval_programs_on_one_runner_each_get_one_fresh_tmpfs_per_place():
+    token = f"colbench-litter-{os.getpid()}-runner"
+    census = ("import os\ndef f(x):\n    with open('/proc/self/mountinfo') as table:\n"
+              "        mounted = sorted(line.split()[4] for line in table if ' - tmpfs colbench-sandbox ' in line)\n"
+              f"    return mounted, [name for place in filter(os.path.isdir, {PRIVATE_PLACES!r}) "
+              f"for name in os.listdir(place) if name.startswith({token!r})]\n")
+    with Sandbox(timeout=2.0) as sandbox:
+        for _ in range(2):
+            assert sandbox.run(litter_programs(token)["litters"], [("a", "f(1)")])["results"] == {"a": {"value": 2}}
+        reply = sandbox.run(census, [("a", "f(1)")])
+    mounted, litter = reply["results"]["a"]["value"]
+    assert litter == []
+    # One each, not one stacked over another per program: an unmounted tmpfs frees its memory.
+    assert mounted == (sorted(filter(os.path.isdir, PRIVATE_PLACES)) if reply["isolation"]["private_tmp"] else [])
+
+
+def test_eval_runner_removes_the_folders_of_dead_runners_only():
+    ended = subprocess.Popen([sys.executable, "-c", ""])
+    ended.wait()
+    dead, live = (os.path.join(PRIVATE_PLACES[0], f"{WORKDIR_PREFIX}{pid}-planted") for pid in (ended.pid, os.getpid()))
+    for folder in (dead, live):
+        os.makedirs(os.path.join(folder, "sub"))
+        with open(os.path.join(folder, "sub", "file"), "w") as f:
+            f.write("x")
+    try:
+        with Sandbox(timeout=1.0) as sandbox:  # a runner clears stale folders as it starts
+            assert sandbox.run("def f(x):\n    return x\n", [("a", "f(1)")])["results"] == {"a": {"value": 1}}
+        assert not os.path.exists(dead)
+        assert os.path.exists(os.path.join(live, "sub", "file"))
+    finally:
+        shutil.rmtree(dead, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
 
 
 # ================================================================ Tests of critic.py (to be merged into test_all.py): the loss by hand, the critic's prompt and its

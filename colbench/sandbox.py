@@ -2,14 +2,15 @@
 
 `Sandbox(timeout).run(code, calls)` runs `code` once per test call and returns each call's
 return value as plain data (built-in types only). It does not decide pass or fail: the
-evaluator compares the values itself (see evaluate.py). docs_sandbox.md says what it protects
-against and what it does not; it is not a virtual machine.
+evaluator compares the values itself (see evaluate.py). The README's sandbox section says what it
+protects against and what it does not; it is not a virtual machine.
 
 Processes, per evaluator worker (this file run as a script is the runner):
 
     evaluator thread
      └─ runner       `python -I sandbox.py --serve PID`, long-lived; enters a fresh network namespace
-         │           (no interface up, not even loopback) and PID namespace, where the system allows
+         │           (no interface up, not even loopback), PID namespace and mount namespace, where
+         │           the system allows
          └─ supervisor   PID 1 of that namespace: one job (program + test calls) per stdin line
              └─ test     one forked process per call, unprivileged, resource limits, own process group
 
@@ -19,6 +20,11 @@ drains and keeps only the start of. After each job the supervisor, as PID 1, kil
 in its namespace; when it dies, the kernel does. The evaluator kills the runner's whole process
 group when a job overruns its wall-clock limit, and the runner dies with the evaluator
 (PR_SET_PDEATHSIG).
+
+The places anyone may write (/tmp, /var/tmp, /dev/shm) are, in the mount namespace, a fresh
+size-capped tmpfs for each job, unmounted after it: what a program wrote there is gone before the
+next program runs, and with the runner. Without a mount namespace, what the programs' user owns
+there is removed after each job instead.
 """
 import json
 import math
@@ -27,6 +33,7 @@ import resource
 import select
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -44,11 +51,20 @@ MAX_DEPTH = 200  # nesting of a return value
 TESTS_AT_ONCE = 4  # tests of one program run side by side (a hang costs wall time, not a core)
 # The environment of the runner: nothing of the evaluator's.
 MINIMAL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+# Where any user may write. Each gets a fresh tmpfs per job, so these caps are what one program may
+# write there in total (its working folder, under /tmp, included); memory, not disk.
+PRIVATE_PLACES = ("/tmp", "/var/tmp", "/dev/shm")
+PRIVATE_MB = 64  # per place
+PRIVATE_INODES = 16384  # files and folders per place: empty files cost memory too
+# A job's working folder: /tmp/colbench-sandbox-<runner PID>-<random>, so that a later runner can
+# tell the folders of dead runners (a SIGKILLed evaluator) from live ones.
+WORKDIR_PREFIX = "colbench-sandbox-"
 
 # Programs run as user and group SANDBOX_ID_BASE + the runner's PID (when the evaluator is root):
 # above the ranges that systems hand out (accounts, containers' subordinate ids).
 SANDBOX_ID_BASE = 0x7F000000
-CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE, MNT_DETACH = 0x2, 0x4, 0x4000, 0x40000, 0x2
 PR_SET_PDEATHSIG = 1
 
 # Imported by the runner before any program runs: a program running unprivileged may be unable to
@@ -262,10 +278,78 @@ def _enter_namespaces(libc):
     """A fresh network namespace (no interfaces up, not even loopback) and PID namespace."""
     # Not root: the namespaces need a user namespace of their own, where the system allows one.
     base = 0 if os.geteuid() == 0 else CLONE_NEWUSER
+    uid, gid = os.getuid(), os.getgid()
     for network, pids in ((True, True), (True, False), (False, True)):
         if libc.unshare(base | (CLONE_NEWNET if network else 0) | (CLONE_NEWPID if pids else 0)) == 0:
+            if base:
+                _map_own_ids(uid, gid)
             return {"network": network, "pids": pids}
     return {"network": False, "pids": False}
+
+
+def _map_own_ids(uid, gid):
+    """In our new user namespace our ids stand for themselves: a file made on its tmpfs needs an owner."""
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+def _enter_mount_namespace(libc):
+    """A mount namespace of our own whose mounts never reach the host's; False where not allowed."""
+    if libc.unshare(CLONE_NEWNS) != 0:
+        return False
+    # A copy of the host's mounts may still share their propagation: a tmpfs mounted there would
+    # appear on the host. Only once every mount is private is it safe to mount anything.
+    return libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) == 0
+
+
+def _mount_private_places(libc):
+    """A fresh tmpfs over each of PRIVATE_PLACES the system has: (the places mounted, whether all were)."""
+    options = f"size={PRIVATE_MB}m,nr_inodes={PRIVATE_INODES},mode=1777".encode()
+    mounted = []
+    for place in filter(os.path.isdir, PRIVATE_PLACES):
+        if libc.mount(b"colbench-sandbox", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+            return mounted, False
+        mounted.append(place)
+    return mounted, True
+
+
+def _remove_owned(folder, uid):
+    """Remove what `uid` owns in `folder`, and in the folders below it that anyone may write to."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if info.st_uid == uid and stat.S_ISDIR(info.st_mode):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            elif info.st_uid == uid:
+                os.unlink(entry.path)
+            elif stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IWOTH:
+                _remove_owned(entry.path, uid)
+        except OSError:
+            pass  # gone already, or not ours to remove
+
+
+def _remove_stale_workdirs():
+    """Remove the working folders of runners that are no longer alive (e.g. a SIGKILLed evaluator's)."""
+    for name in os.listdir(PRIVATE_PLACES[0]):
+        owner = name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        if name.startswith(WORKDIR_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(os.path.join(PRIVATE_PLACES[0], name), ignore_errors=True)
+
+
+def _alive(pid):
+    """Whether a process with this PID exists, ours or another user's."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        pass
+    return True
 
 
 def _unprivileged_ids(runner_pid):
@@ -279,7 +363,14 @@ def _unprivileged_ids(runner_pid):
     return SANDBOX_ID_BASE + runner_pid, SANDBOX_ID_BASE + runner_pid
 
 
-def _run_test(code, call, workdir, result_w, output_w, timeout, ids):
+def _drop_capabilities(libc):
+    """Give up every capability: those a user namespace gives would let a program unmount its tmpfs."""
+    header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    if libc.capset(header, bytes(24)) != 0:  # effective, permitted, inheritable: none
+        raise OSError("capset failed")
+
+
+def _run_test(code, call, workdir, result_w, output_w, timeout, ids, libc):
     """In the forked test process: limits, drop privileges, compile and run, report. Never returns."""
     try:
         os.setpgid(0, 0)
@@ -302,6 +393,8 @@ def _run_test(code, call, workdir, result_w, output_w, timeout, ids):
             os.setgroups([])
             os.setgid(ids[1])
             os.setuid(ids[0])
+        else:
+            _drop_capabilities(libc)
         os.environ.clear()
         os.environ.update(HOME=workdir, TMPDIR=workdir, **MINIMAL_ENV)
     except BaseException:
@@ -413,10 +506,16 @@ def _end_leftovers():
         time.sleep(0.001)
 
 
-def _supervise(job, isolation, ids):
+def _supervise(job, isolation, ids, runner_pid, libc):
     """Run every test call of a job, a few at a time, each in a fresh process; return the results."""
     isolation["user"] = f"uid {ids[0]} (no account)" if ids else "the evaluator's user"
-    workdir = tempfile.mkdtemp(prefix="colbench-sandbox-")
+    # A fresh tmpfs for this program where the runner has a mount namespace; the report says if it got one.
+    mounted, all_mounted = _mount_private_places(libc) if isolation["private_tmp"] else ([], False)
+    isolation["private_tmp"] = all_mounted
+    places = ",".join(PRIVATE_PLACES)
+    isolation["tmp"] = (f"private {places} ON (tmpfs, {PRIVATE_MB} MB each)" if isolation["private_tmp"] else
+                        f"private {places} OFF: " + ("cleaned after each program" if ids else "not cleaned"))
+    workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{runner_pid}-", dir=PRIVATE_PLACES[0])
     if ids:
         os.chown(workdir, *ids)
     output_r, output_w = os.pipe()
@@ -430,7 +529,7 @@ def _supervise(job, isolation, ids):
             result_r, result_w = os.pipe()
             pid = os.fork()
             if pid == 0:
-                _run_test(job["code"], call, workdir, result_w, output_w, timeout, ids)
+                _run_test(job["code"], call, workdir, result_w, output_w, timeout, ids, libc)
             try:
                 os.setpgid(pid, pid)
             except (ProcessLookupError, PermissionError):
@@ -478,6 +577,11 @@ def _supervise(job, isolation, ids):
     os.close(output_r)
     os.close(output_w)
     shutil.rmtree(workdir, ignore_errors=True)
+    for place in reversed(mounted):  # the tmpfs and all in it go; DETACH: even if a leftover holds it
+        libc.umount2(place.encode(), MNT_DETACH)
+    if ids and not isolation["private_tmp"]:
+        for place in PRIVATE_PLACES:
+            _remove_owned(place, ids[0])
     return {"results": results, "output": output.decode("utf-8", "replace"), "isolation": isolation}
 
 
@@ -491,19 +595,21 @@ def serve(parent_pid):
             importlib.import_module(name)
         except ImportError:
             pass
-    ids = _unprivileged_ids(os.getpid())
+    runner_pid = os.getpid()
+    _remove_stale_workdirs()
+    ids = _unprivileged_ids(runner_pid)
     isolation = _enter_namespaces(libc)
+    isolation["private_tmp"] = _enter_mount_namespace(libc)
     if isolation["pids"]:
         # The namespace's PID 1 is our first child; it serves the jobs, we wait. Its death (with ours,
         # or the evaluator's) makes the kernel kill everything left in the namespace.
-        runner_pid = os.getpid()
         child = os.fork()
         if child:
             _, status = os.waitpid(child, 0)
             os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
         _die_with_parent(libc, runner_pid)
     for line in sys.stdin.buffer:
-        reply = _supervise(json.loads(line), dict(isolation), ids)
+        reply = _supervise(json.loads(line), dict(isolation), ids, runner_pid, libc)
         data = (json.dumps(reply) + "\n").encode()
         while data:
             data = data[os.write(1, data):]
