@@ -38,6 +38,7 @@ Where this departs from the paper or the official code:
 import argparse
 import dataclasses
 import json
+import math
 import os
 import random
 import sys
@@ -49,6 +50,7 @@ from tqdm import tqdm
 
 from colbench import distributed
 from colbench.data import DataError, default_output, load_trajectories
+from colbench.stats import bootstrap_mean_ci, spearman
 from colbench.env import agent_messages
 from colbench.models import (DTYPES, autocast, compute_dtype, default_device, describe_dtype, load_model, resolve_model,
                              shared_prefix_logps, token_logps, tokenize_turns)
@@ -118,6 +120,32 @@ def sequence_logps(model, sequences):
     attention_mask = torch.tensor([[1] * len(ids) + [0] * (longest - len(ids)) for ids in sequences], device=device)
     logps = token_logps(model, input_ids, attention_mask)
     return [row[: len(ids) - 1] for row, ids in zip(logps, sequences)]
+
+
+def task_logps(model, sequences, first_scored):
+    """sequence_logps of sequences that begin alike (one task's trajectories), the fast way: their
+    common beginning is encoded once and its KV cache serves them all. Log-probs of tokens before
+    index `first_scored` (the first agent token of any of them) may be left out, as zeros.
+    Gradient checkpointing keeps no KV cache: then it is the plain path."""
+    if getattr(model, "module", model).is_gradient_checkpointing:
+        return sequence_logps(model, sequences)
+    logps, shared = shared_prefix_logps(model, sequences, first_scored)  # column j: token shared + j
+    skipped = torch.zeros(shared - 1, device=logps.device)
+    return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)]
+
+
+def task_batches(task_ids, pairs_of, batch_size):
+    """Consecutive tasks grouped into batches of at least `batch_size` pairs (a task's pairs stay together)."""
+    batches, batch, count = [], [], 0
+    for task_id in task_ids:
+        batch.append(task_id)
+        count += len(pairs_of[task_id])
+        if count >= batch_size:
+            batches.append(batch)
+            batch, count = [], 0
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 # --- the SWEET-RL part: the advantage (Eq. 3) and the Bradley-Terry loss (Eq. 2) ----------------
@@ -208,6 +236,24 @@ def score_candidates(critic, task, history, candidates):
             for i, (_, spans) in enumerate(encoded) for start, end in spans[-1:]]
 
 
+def ranking_quality(scores, tests_passed):
+    """How well the critic ranks candidate replies, against the tests. Both arguments: one list per
+    turn state, a value per candidate (its critic score; its fraction of tests passed).
+
+    critic_pick: tests passed by each state's top-scored candidate, averaged over states (best-of-N
+    by the critic); random_pick: the mean over all candidates (what a random pick gets on average);
+    rank_correlation: Spearman's correlation of score and tests passed within a state, averaged over
+    the states where the tests tell the candidates apart."""
+    picks = [tests[max(range(len(tests)), key=lambda i: state_scores[i])]
+             for state_scores, tests in zip(scores, tests_passed)]
+    correlations = [spearman(state_scores, tests) for state_scores, tests in zip(scores, tests_passed)]
+    correlations = [c for c in correlations if c is not None]
+    return {"critic_pick": sum(picks) / len(picks),
+            "random_pick": sum(sum(tests) / len(tests) for tests in tests_passed) / len(tests_passed),
+            "rank_correlation": sum(correlations) / len(correlations) if correlations else None,
+            "states": len(picks), "states_with_different_tests": len(correlations)}
+
+
 # ---------------------------------------------------------------- training
 
 def main(args):
@@ -269,79 +315,101 @@ def main(args):
     if cut:
         print(f"warning: {cut} of {len(used)} dialogues were cut to --max-length {args.max_length} tokens")
 
-    # π_ref = the initial critic: its log-probs, one forward pass per trajectory, computed once.
+    # Trajectories go through the model a task at a time: its trajectories begin alike (system prompt,
+    # c, the problem), and that shared beginning is encoded once (task_logps). A batch is whole tasks.
+    trajectories_of = {}
+    for t in used:
+        trajectories_of.setdefault(t["task_id"], []).append(key(t))
+
+    def logps_of(model, task_ids):
+        """{trajectory key: [len - 1] token log-probs} of every used trajectory of these tasks."""
+        logps = {}
+        for task_id in task_ids:
+            names = trajectories_of[task_id]
+            first_scored = min(encoded[name]["spans"][0][0] for name in names)
+            logps.update(zip(names, task_logps(model, [encoded[name]["ids"] for name in names], first_scored)))
+        return logps
+
+    # π_ref = the initial critic: its log-probs, computed once.
     model.eval()
     with torch.no_grad(), autocast(device, dtype):
-        mine = sorted(encoded)[rank::world]  # torchrun: each rank takes a share, then all share all
-        reference_logps = dict(distributed.gather(
-            (name, sequence_logps(model, [encoded[name]["ids"]])[0])
-            for name in tqdm(mine, desc="π_ref log-probs", unit="traj")))
+        mine = sorted(trajectories_of)[rank::world]  # torchrun: each rank takes a share, then all share all
+        reference_logps = dict(distributed.gather(logps_of(model, tqdm(mine, desc="π_ref log-probs", unit="task")).items()))
+
+    def scores(logps, names):
+        """Σ_t A_t of each trajectory: its turn advantages (Eq. 3), summed."""
+        return torch.stack([turn_advantages(logps[name], reference_logps[name], encoded[name]["spans"], normalize).sum()
+                            for name in names])
 
     def evaluate():
-        """Held-out pair accuracy (ties count half), mean margin, loss; per-turn advantages per trajectory."""
-        if not eval_pairs:
-            return {}, {}
+        """Held-out pair accuracy (ties count half) with its 95% interval (tasks resampled), mean margin,
+        loss, each pair's margin; per-turn advantages per trajectory."""
         model.eval()
         with torch.no_grad(), autocast(device, dtype):
-            advantages = dict(distributed.gather(  # torchrun: each rank scores a share
-                (key(t), turn_advantages(sequence_logps(model, [encoded[key(t)]["ids"]])[0], reference_logps[key(t)],
-                                         encoded[key(t)]["spans"], normalize)) for t in eval_trajectories[rank::world]))
-        chosen = torch.stack([advantages[key(c)].sum() for c, _ in eval_pairs])
-        rejected = torch.stack([advantages[key(r)].sum() for _, r in eval_pairs])
-        margin = chosen - rejected
-        return {"pair_accuracy": pair_accuracy(margin),
-                "mean_margin": margin.mean().item(), "loss": bradley_terry_loss(chosen, rejected, args.beta).item()}, advantages
+            logps = dict(distributed.gather(logps_of(model, sorted(eval_tasks)[rank::world]).items()))  # torchrun: a share each
+        advantages = {name: turn_advantages(logps[name], reference_logps[name], encoded[name]["spans"], normalize)
+                      for name in logps}
+        margin = scores(logps, [key(c) for c, _ in eval_pairs]) - scores(logps, [key(r) for _, r in eval_pairs])
+        outcomes = {}
+        for (chosen, _), m in zip(eval_pairs, margin.tolist()):
+            outcomes.setdefault(chosen["task_id"], []).append(1.0 if m > 0 else 0.5 if m == 0 else 0.0)
+        return {"pair_accuracy": pair_accuracy(margin), "pair_accuracy_ci95": list(bootstrap_mean_ci(outcomes)),
+                "mean_margin": margin.mean().item(), "margins": margin.tolist(),
+                "loss": -F.logsigmoid(args.beta * margin).mean().item()}, advantages
 
-    before, _ = evaluate()
-    if before:
-        print(f"held-out before training: pair accuracy {before['pair_accuracy']:.3f} (every advantage is 0 when θ = ref)")
+    # Before training θ = π_ref: every advantage is 0 and every held-out pair a tie.
+    before = {"pair_accuracy": 0.5, "mean_margin": 0.0, "loss": math.log(2)} if eval_pairs else {}
 
     os.makedirs(out, exist_ok=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     trained = distributed.wrap(model)  # torchrun: DistributedDataParallel averages gradients across ranks
-    steps_per_epoch = (len(train_pairs) + args.batch_size - 1) // args.batch_size
-    step = 0
+    pairs_of = {}
+    for pair in train_pairs:
+        pairs_of.setdefault(pair[0]["task_id"], []).append(pair)
+    step, steps = 0, None
     with open(os.path.join(out, "log.jsonl") if rank == 0 else os.devnull, "w") as log:
         for epoch in range(args.epochs):
-            order = train_pairs[:]
+            order = list(pairs_of)
             rng.shuffle(order)
-            for first in range(0, len(order), args.batch_size):
-                batch, started = order[first:first + args.batch_size], time.time()
+            batches = task_batches(order, pairs_of, args.batch_size)
+            steps = steps or len(batches) * args.epochs
+            for batch in batches:
+                started, batch_pairs = time.time(), sum(len(pairs_of[task_id]) for task_id in batch)
                 model.train()
                 optimizer.zero_grad()
-                shares, scored = distributed.shard(batch, rank, world), []  # torchrun: this rank's pairs
-                for i, ((chosen, rejected), weight) in enumerate(shares):  # gradients accumulate over the pairs
+                shares, scored = distributed.shard(batch, rank, world), []  # torchrun: this rank's tasks
+                for i, (task_id, weight) in enumerate(shares):  # gradients accumulate over the tasks
                     with distributed.sync_on_last(trained, i, len(shares)):
-                        scores = []
-                        for t in (chosen, rejected):  # one unpadded forward pass per trajectory, shaped as π_ref's was
-                            with autocast(device, dtype):
-                                critic_logps = sequence_logps(trained, [encoded[key(t)]["ids"]])[0]
-                            scores.append(turn_advantages(critic_logps, reference_logps[key(t)], encoded[key(t)]["spans"], normalize).sum())
+                        with autocast(device, dtype):
+                            logps = logps_of(trained, [task_id])
+                        # --- SWEET-RL: the Bradley-Terry loss (Eq. 2) on this task's pairs
+                        chosen = scores(logps, [key(c) for c, _ in pairs_of[task_id]])
+                        rejected = scores(logps, [key(r) for _, r in pairs_of[task_id]])
+                        loss = bradley_terry_loss(chosen, rejected, args.beta) * len(chosen) / batch_pairs
                         # The mean over the global batch; DDP's average over ranks divides by `world` again.
-                        (bradley_terry_loss(scores[0][None], scores[1][None], args.beta) * weight * world / len(batch)).backward()
+                        (loss * weight * world).backward()
                     if weight:
-                        scored.append((scores[0].item(), scores[1].item(),
-                                       len(encoded[key(chosen)]["ids"]) + len(encoded[key(rejected)]["ids"])))
+                        tokens = sum(len(encoded[name]["ids"]) for name in trajectories_of[task_id])
+                        scored += [(c, r, tokens / len(chosen)) for c, r in zip(chosen.tolist(), rejected.tolist())]
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
                 step += 1
                 scored = distributed.gather(scored)  # torchrun: the whole global batch, for the log
                 chosen_scores, rejected_scores = torch.tensor([c for c, _, _ in scored]), torch.tensor([r for _, r, _ in scored])
-                tokens = sum(n for _, _, n in scored)
                 margin = chosen_scores - rejected_scores
                 record = {"step": step, "epoch": epoch + 1,
                           "loss": bradley_terry_loss(chosen_scores, rejected_scores, args.beta).item(),
                           "pair_accuracy": pair_accuracy(margin), "margin": margin.mean().item(),
                           "chosen_score": chosen_scores.mean().item(), "rejected_score": rejected_scores.mean().item(),
-                          "tokens_per_s": tokens / (time.time() - started)}
+                          "tokens_per_s": sum(n for _, _, n in scored) / (time.time() - started)}
                 log.write(json.dumps(record) + "\n")
                 log.flush()
-                print(f"step {step}/{steps_per_epoch * args.epochs} epoch {epoch + 1} | loss {record['loss']:.4f} | "
+                print(f"step {step}/{steps} epoch {epoch + 1} | loss {record['loss']:.4f} | "
                       f"pair acc {record['pair_accuracy']:.2f} | margin {record['margin']:+.4f} | chosen "
                       f"{record['chosen_score']:+.4f} rejected {record['rejected_score']:+.4f} | "
                       f"{record['tokens_per_s']:.0f} tok/s", flush=True)
 
-    after, advantages = evaluate()
+    after, advantages = evaluate() if eval_pairs else ({}, {})
     if rank > 0:
         return  # torchrun: rank 0 alone writes the outputs
     model.eval()
@@ -352,7 +420,7 @@ def main(args):
         json.dump(dict(vars(args), model_path=base_path), f, indent=1)
     metrics = {"tasks": len(tasks), "trajectories": len(used), "pairs": len(pairs),
                "train_tasks": len(tasks) - n_eval, "train_pairs": len(train_pairs),
-               "eval_tasks": n_eval, "eval_pairs": len(eval_pairs), "steps": step,
+               "eval_tasks": n_eval, "eval_pairs": len(eval_pairs), "eval_task_ids": sorted(eval_tasks), "steps": step,
                "before": before, "after": after}
     with open(os.path.join(out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)

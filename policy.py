@@ -13,7 +13,8 @@ In training, a pair's prompt is encoded once and both replies continue from its 
 --method mt-dpo (Multi-Turn DPO baseline): whole trajectories of one task paired by reward with
 critic.py's pairing rule, log-probs summed over all agent turns, the same loss.
 --method rft (Rejection Fine-Tuning baseline): supervised fine-tuning on the agent turns of the
-successful trajectories.
+successful trajectories. --method sft: the same on every trajectory, scored or not (the demo's
+warm start on scripted dialogues, colbench/warmstart.py).
 
 Writes to POLICY_DIR: args.json; pairs.jsonl (sweet, mt-dpo: TRL's conversational preference
 format plus the two scores) or sft.jsonl (rft: TRL's prompt-completion format); log.jsonl (one
@@ -63,7 +64,8 @@ parser.add_argument("scored", help="scored trajectories JSONL (evaluate.py's out
 parser.add_argument("--out", help="policy folder to write (default runs/<stem>.policy)")
 parser.add_argument("--critic", help="critic folder from critic.py, for sweet (default runs/<stem>.critic)")
 parser.add_argument("--model", default="embedded", help="policy to start from: model folder, hub id, or 'embedded'")
-parser.add_argument("--method", default="sweet", choices=["sweet", "mt-dpo", "rft"], help="SWEET-RL or a baseline")
+parser.add_argument("--method", default="sweet", choices=["sweet", "mt-dpo", "rft", "sft"],
+                    help="SWEET-RL, a baseline, or sft (fine-tuning on every trajectory: the warm start)")
 parser.add_argument("--candidates", type=int, default=16, help="sweet: replies sampled per turn state (N)")
 parser.add_argument("--pairs-per-turn", type=int, default=4, help="sweet: preference pairs drawn per turn state")
 parser.add_argument("--data-fraction", type=float, default=1.0, help="use this random fraction of the trajectories")
@@ -191,10 +193,11 @@ def mt_dpo_pairs(trajectories, args):
     return rows
 
 
-def rft_examples(trajectories, args):
+def sft_examples(trajectories, args, successful_only):
+    """The agent turns of each trajectory as a completion (rft: of the successful ones only)."""
     rows = []
     for trajectory in trajectories:
-        if trajectory.get("success", trajectory["reward"] >= 1.0):
+        if not successful_only or trajectory.get("success", trajectory["reward"] >= 1.0):
             prompt, completion = trajectory_prompt_completion(trajectory, args.max_turns)
             rows.append({"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"],
                          "prompt": prompt, "completion": completion})
@@ -240,7 +243,7 @@ def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1):
 
 def example_loss(model, example, args):
     """The loss of one pair (rft: one trajectory), its statistics, and the tokens processed."""
-    if args.method == "rft":
+    if args.method in ("rft", "sft"):
         logps, counts, tokens = completion_logps(model, [example["completion"]])
         nll = (-logps / counts).sum()  # the mean over the trajectory's agent tokens
         return nll, {"nll": nll.item()}, tokens
@@ -303,7 +306,7 @@ def main(args):
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    if args.method != "sweet" and not all(isinstance(t.get("reward"), (int, float)) for t in trajectories):
+    if args.method in ("mt-dpo", "rft") and not all(isinstance(t.get("reward"), (int, float)) for t in trajectories):
         print(f"error: {args.scored}: every trajectory needs a 'reward' for {args.method}: run evaluate.py first",
               file=sys.stderr)
         sys.exit(2)
@@ -324,18 +327,20 @@ def main(args):
         rows = mt_dpo_pairs(trajectories, args)
         print(f"{len(rows)} trajectory pairs from {len(trajectories)} trajectories")
     else:
-        rows = rft_examples(trajectories, args)
-        print(f"{len(rows)} successful trajectories of {len(trajectories)}")
-    data_path = os.path.join(out, "sft.jsonl" if args.method == "rft" else "pairs.jsonl")
+        rows = sft_examples(trajectories, args, successful_only=args.method == "rft")
+        kept = "successful trajectories" if args.method == "rft" else "trajectories"
+        print(f"{len(rows)} {kept} of {len(trajectories)} to fine-tune on")
+    data_path = os.path.join(out, "sft.jsonl" if args.method in ("rft", "sft") else "pairs.jsonl")
     write_jsonl(data_path if rank == 0 else os.devnull, rows)
     if not rows:
         sys.exit({"sweet": "error: no pairs: every candidate of every state scored the same",
                   "mt-dpo": f"error: no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap}",
-                  "rft": "error: no successful trajectory to fine-tune on"}[args.method])
+                  "rft": "error: no successful trajectory to fine-tune on",
+                  "sft": "error: no trajectory to fine-tune on"}[args.method])
 
     model, tokenizer = load_model(args.model, trainable=True, device=device)
     model.float()  # fp32 master weights (bf16 would round lr-sized updates away); forward passes in `dtype`
-    if args.method == "rft":
+    if args.method in ("rft", "sft"):
         examples = [{"completion": tokenize_completion(tokenizer, row["prompt"], row["completion"])} for row in rows]
     else:
         examples = [{"chosen": tokenize_completion(tokenizer, row["prompt"], row["chosen"]),

@@ -27,7 +27,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from colbench import frontend
+from colbench import frontend, stats
 from colbench.cli import fraction, non_negative_float, non_negative_int, positive_float, positive_int
 from colbench.data import DataError, derive_task_id, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, Episode, html_page
@@ -1033,6 +1033,39 @@ def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_c
             critic_logps = critic.sequence_logps(scorer.model, [ids])[0]
             reference_logps = critic.sequence_logps(scorer.reference_model, [ids])[0]
         assert score == pytest.approx(critic.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item(), abs=1e-4)
+
+
+def test_critic_task_logps_with_one_shared_beginning_equal_one_forward_per_trajectory(two_model_critic):
+    dialogues = [HISTORY + [{"role": "assistant", "content": c}, {"role": "user", "content": "ok"},
+                            {"role": "assistant", "content": "I WANT TO ANSWER: def tip(bill): return bill"}]
+                 for c in CANDIDATES[:3]]
+    encoded = [tokenize_turns(two_model_critic.tokenizer, critic.critic_messages(TIP_TASK, d)) for d in dialogues]
+    with torch.no_grad():
+        fast = critic.task_logps(two_model_critic.model, [ids for ids, _ in encoded], min(spans[0][0] for _, spans in encoded))
+        for (ids, spans), fast_logps in zip(encoded, fast):
+            plain = critic.sequence_logps(two_model_critic.model, [ids])[0]
+            assert fast_logps.shape == plain.shape
+            for start, end in spans:  # every agent token, exactly where the plain path puts it
+                assert torch.allclose(fast_logps[start - 1:end - 1], plain[start - 1:end - 1], atol=1e-4)
+
+
+def test_ranking_quality_on_a_planted_case():
+    # State 1: the critic ranks the passing answer first; state 2: it ranks them exactly backwards.
+    quality = critic.ranking_quality([[0.9, 0.1, -0.5], [0.3, 0.2]], [[1.0, 0.5, 0.0], [0.0, 1.0]])
+    assert quality["critic_pick"] == pytest.approx((1.0 + 0.0) / 2)
+    assert quality["random_pick"] == pytest.approx((0.5 + 0.5) / 2)
+    assert quality["rank_correlation"] == pytest.approx((1.0 - 1.0) / 2)
+    # Tests that cannot tell candidates apart give no correlation; ties in rank share their mean.
+    assert critic.ranking_quality([[1.0, 2.0]], [[0.5, 0.5]])["rank_correlation"] is None
+    assert stats.spearman([1, 2, 2, 3], [1, 2, 2, 3]) == pytest.approx(1.0)
+    assert stats.ranks([3, 1, 3]) == [2.5, 1.0, 2.5]
+
+
+def test_bootstrap_interval_resamples_tasks_and_brackets_the_mean():
+    values = {"a": [1.0, 1.0], "b": [0.0, 0.0], "c": [1.0, 0.0]}
+    low, high = stats.bootstrap_mean_ci(values)
+    assert low < 0.5 < high and 0.0 <= low and high <= 1.0
+    assert stats.bootstrap_mean_ci({"a": [0.2], "b": [0.2]}) == (0.2, 0.2)
 
 
 def test_critic_pairs_need_the_same_task_and_a_large_enough_reward_gap():

@@ -1,13 +1,24 @@
-"""`make demo` and `make experiment`: the whole SWEET-RL chain, run as a user would run it.
+"""`make demo` and `make experiment`: the whole SWEET-RL chain on the embedded model, run as a user would.
 
-    python -m colbench.demo                 # the demo: embedded model, CPU, about 30 minutes
-    python -m colbench.demo --experiment    # more tasks, plus the RFT and Multi-Turn DPO baselines
+    python -m colbench.demo                 # the demo: about 30 minutes on 2 CPU cores
+    python -m colbench.demo --experiment    # adds RFT, Multi-Turn DPO and the critic without normalization
 
-Every step is one of the four scripts, run as a subprocess; its command is printed first. Outputs
-go under one run folder (runs/demo or runs/experiment). A step whose output already exists is
-skipped, so a killed run picks up where it stopped (delete the folder to start over). The run ends
-with one table: each method's % tests passed and success rate on held-out test tasks, and the
-critic's held-out pair accuracy with and without the reference solution.
+Every step is one of the stage scripts, run as a subprocess; its command is printed first. Outputs
+go under one run folder (runs/demo or runs/experiment). A step whose output exists is skipped, so
+a killed run picks up where it stopped (delete the folder to start over). The steps:
+
+0. Warm start (a departure from the paper, see colbench/warmstart.py): fine-tune the embedded
+   SmolLM2-135M on scripted, deliberately imperfect dialogues of the easy training tasks. This is
+   the starting policy, called zero-shot in the table as the paper's starting point is.
+1. Offline data: the starting policy on training tasks, several samples each, scored by the tests.
+2. The critic, with the reference solution c and without it (the paper's ablation), half the
+   paired tasks held out.
+3. SWEET-RL: the policy trained on critic-ranked candidate replies (and the baselines, --experiment).
+4. Held-out test tasks (never trained on, test-only families among them): every agent with the
+   same tasks, seed and sampling.
+5. The critic as a judge of final answers on its held-out tasks (colbench/judge.py).
+
+It ends with one table, also written to results.md, and results.json with the same numbers.
 """
 import argparse
 import json
@@ -16,20 +27,23 @@ import subprocess
 import sys
 import time
 
-from colbench.data import load_tasks, write_jsonl
+from colbench.data import load_tasks, load_trajectories, write_jsonl
+from colbench.stats import bootstrap_mean_ci
 
-# The demo is sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of
-# arithmetic with hidden constants), short dialogues, short replies. README.md says what was tried.
+# Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with
+# hidden constants), three agent turns, short replies.
 SETTINGS = {
-    "demo": dict(train_tasks=40, test_tasks=30, samples=4, test_samples=2, max_turns=2, max_new_tokens=80,
-                 temperature=0.7, critic_epochs=2, candidates=8, pairs_per_turn=2, data_fraction=0.125,
-                 methods=["sweet"]),
-    "experiment": dict(train_tasks=135, test_tasks=30, samples=8, test_samples=4, max_turns=3, max_new_tokens=128,
-                       temperature=0.7, critic_epochs=2, candidates=16, pairs_per_turn=4, data_fraction=0.5,
-                       methods=["rft", "mt-dpo", "sweet"]),
+    "demo": dict(rl_tasks=36, samples=6, test_samples=7, max_turns=3, max_new_tokens=64, temperature=0.7,
+                 warm_lr=5e-5, critic_epochs=1, critic_lr=2e-5, candidates=8, pairs_per_turn=2, data_fraction=0.2,
+                 policy_lr=2e-5, judge_states=40, methods=["sweet"]),
+    "experiment": dict(rl_tasks=72, samples=6, test_samples=10, max_turns=3, max_new_tokens=64, temperature=0.7,
+                       warm_lr=5e-5, critic_epochs=2, critic_lr=2e-5, candidates=16, pairs_per_turn=4,
+                       data_fraction=0.25, policy_lr=2e-5, judge_states=80,
+                       methods=["rft", "mt-dpo", "sweet", "sweet-no-normalize"]),
 }
-METHOD_NAMES = {"zero-shot": "zero-shot", "rft": "Rejection Fine-Tuning", "mt-dpo": "Multi-Turn DPO",
-                "sweet": "SWEET-RL"}
+METHOD_NAMES = {"zero-shot": "starting policy (warm start)", "rft": "Rejection Fine-Tuning",
+                "mt-dpo": "Multi-Turn DPO", "sweet": "SWEET-RL", "sweet-no-normalize": "SWEET-RL w/o normalization"}
+CRITICS = {"reference": [], "no_reference": ["--no-reference"], "no_normalize": ["--no-normalize"]}
 
 
 def run(*command, done_when):
@@ -37,17 +51,16 @@ def run(*command, done_when):
     if os.path.exists(done_when):
         print(f"[skip] {done_when} exists", flush=True)
         return
-    print("\n$ " + " ".join(command), flush=True)
+    print("\n$ python " + " ".join(command), flush=True)
     started = time.time()
     subprocess.run([sys.executable, *command], check=True)
     print(f"[{time.time() - started:.0f} s]", flush=True)
 
 
-def easy_tasks(source, count, path):
-    """The first `count` easy-tier tasks of a shipped task file, written to `path`."""
+def easy_tasks(source, path, every=1):
+    """The easy-tier tasks of a shipped task file (every `every`-th one), written to `path`."""
     if not os.path.exists(path):
-        tasks = [t for t in load_tasks(source) if t.get("tier") == "easy"][:count]
-        write_jsonl(path, tasks)
+        write_jsonl(path, [t for t in load_tasks(source) if t.get("tier") == "easy"][::every])
     return path
 
 
@@ -64,58 +77,135 @@ def main():
     started = time.time()
     print(f"{name}: {json.dumps(s)} -> {out}", flush=True)
 
-    train = easy_tasks("colbench/data/backend_train.jsonl", s["train_tasks"], path("train_tasks.jsonl"))
-    test = easy_tasks("colbench/data/backend_test.jsonl", s["test_tasks"], path("test_tasks.jsonl"))
+    warm_tasks = easy_tasks("colbench/data/backend_train.jsonl", path("warm_tasks.jsonl"))
+    rl_tasks = path("train_tasks.jsonl")
+    if not os.path.exists(rl_tasks):
+        tasks = load_tasks(warm_tasks)
+        write_jsonl(rl_tasks, tasks[:: max(1, len(tasks) // s["rl_tasks"])][: s["rl_tasks"]])
+    test = easy_tasks("colbench/data/backend_test.jsonl", path("test_tasks.jsonl"))
     sampling = ["--max-turns", str(s["max_turns"]), "--max-new-tokens", str(s["max_new_tokens"]),
                 "--temperature", str(s["temperature"])]
 
-    # 1. Offline data: the zero-shot agent on the training tasks, scored.
-    run("rollout.py", train, "--samples", str(s["samples"]), *sampling, "--out", path("train.traj.jsonl"),
-        done_when=path("train.scored.jsonl"))
+    # 0. The starting policy: the embedded model fine-tuned on scripted dialogues of training tasks.
+    run("-m", "colbench.warmstart", warm_tasks, "--out", path("warmstart.traj.jsonl"),
+        done_when=path("warmstart.traj.jsonl"))
+    run("policy.py", path("warmstart.traj.jsonl"), "--method", "sft", "--lr", str(s["warm_lr"]),
+        "--max-turns", str(s["max_turns"]), "--out", path("warm"), done_when=path("warm", "config.json"))
+    # 1. Offline data: the starting policy on training tasks, scored.
+    run("rollout.py", rl_tasks, "--agent", path("warm"), "--samples", str(s["samples"]), *sampling,
+        "--batch-size", "16", "--out", path("train.traj.jsonl"), done_when=path("train.scored.jsonl"))
     run("evaluate.py", path("train.traj.jsonl"), "--out", path("train.scored.jsonl"),
         "--summary-json", path("train.summary.json"), done_when=path("train.scored.jsonl"))
-    # 2. The critic, with the reference solution and without it (the paper's ablation).
-    for critic, flags in (("critic", []), ("critic_no_reference", ["--no-reference"])):
-        run("critic.py", path("train.scored.jsonl"), "--out", path(critic), "--epochs", str(s["critic_epochs"]),
-            "--eval-fraction", "0.25", "--max-length", "1024", *flags, done_when=path(critic, "metrics.json"))
-    # 3. The policy: SWEET-RL (and the baselines in the experiment).
+    # 2. The critic, with the reference solution and without it (and without normalization).
+    critics = ["reference", "no_reference"] + ["no_normalize"] * ("sweet-no-normalize" in s["methods"])
+    for critic in critics:
+        run("critic.py", path("train.scored.jsonl"), "--model", path("warm"), "--out", path(f"critic_{critic}"),
+            "--epochs", str(s["critic_epochs"]), "--lr", str(s["critic_lr"]), "--eval-fraction", "0.5",
+            "--max-length", "1024", *CRITICS[critic], done_when=path(f"critic_{critic}", "metrics.json"))
+    # 3. The policy: SWEET-RL (and the baselines in the experiment), all from the starting policy.
     for method in s["methods"]:
-        run("policy.py", path("train.scored.jsonl"), "--method", method, "--critic", path("critic"),
-            "--out", path(f"policy_{method}"), "--candidates", str(s["candidates"]),
-            "--pairs-per-turn", str(s["pairs_per_turn"]), "--data-fraction", str(s["data_fraction"]),
-            "--max-turns", str(s["max_turns"]), "--max-new-tokens", str(s["max_new_tokens"]),
+        critic = "critic_no_normalize" if method == "sweet-no-normalize" else "critic_reference"
+        run("policy.py", path("train.scored.jsonl"), "--model", path("warm"),
+            "--method", method.replace("-no-normalize", ""), "--critic", path(critic), "--out", path(f"policy_{method}"),
+            "--candidates", str(s["candidates"]), "--pairs-per-turn", str(s["pairs_per_turn"]),
+            "--data-fraction", str(s["data_fraction"]), "--lr", str(s["policy_lr"]), *sampling,
             done_when=path(f"policy_{method}", "config.json"))
-    # 4. Held-out test tasks: the zero-shot agent and each trained policy, same sampling.
-    agents = {"zero-shot": "embedded", **{m: path(f"policy_{m}") for m in s["methods"]}}
+    # 4. Held-out test tasks: the starting policy and each trained policy, same tasks, seed and sampling.
+    agents = {"zero-shot": path("warm"), **{m: path(f"policy_{m}") for m in s["methods"]}}
     for method, agent in agents.items():
-        run("rollout.py", test, "--agent", agent, "--samples", str(s["test_samples"]), *sampling,
+        run("rollout.py", test, "--agent", agent, "--samples", str(s["test_samples"]), *sampling, "--batch-size", "16",
             "--out", path(f"test_{method}.traj.jsonl"), done_when=path(f"test_{method}.summary.json"))
         run("evaluate.py", path(f"test_{method}.traj.jsonl"), "--out", path(f"test_{method}.scored.jsonl"),
             "--summary-json", path(f"test_{method}.summary.json"), done_when=path(f"test_{method}.summary.json"))
-    run("-m", "colbench.report", path("train.scored.jsonl"), "--critic", path("critic"),
+    # 5. The critics as judges of final answers, on the tasks they held out.
+    run("-m", "colbench.judge", path("train.scored.jsonl"), "--model", path("warm"),
+        "--critic", path("critic_reference"), "--critic", path("critic_no_reference"), "--out", path("judge"),
+        "--max-states", str(s["judge_states"]), "--candidates", str(s["candidates"]), *sampling,
+        done_when=path("judge", "judge.json"))
+    run("-m", "colbench.report", path("train.scored.jsonl"), "--critic", path("critic_reference"),
         "--policy", path("policy_sweet"), "--out", path("report.html"), done_when=path("report.html"))
 
-    print(f"\n{name} finished in {(time.time() - started) / 60:.1f} min; everything is in {out}/\n")
-    print(table(out, agents))
+    results = collect(out, agents, critics, minutes=(time.time() - started) / 60)
+    with open(path("results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    text = table(results)
+    with open(path("results.md"), "w") as f:
+        f.write(text + "\n")
+    print(f"\n{name} finished in {results['minutes']:.1f} min; everything is in {out}/\n\n{text}")
 
 
-def table(out, agents):
-    """The closing table, read back from the files the stages wrote."""
+def collect(out, agents, critics, minutes):
+    """results.json: the numbers of the table, read back from the files the stages wrote."""
     read = lambda *parts: json.load(open(os.path.join(out, *parts)))
-    train = read("train.summary.json")
-    lines = [f"offline data: {train['trajectories']} zero-shot trajectories on {train['tasks']} training tasks, "
-             f"{train['mean_tests_passed_pct']:.1f}% tests passed, {train['success_rate_pct']:.1f}% success", "",
-             "| method (held-out test tasks) | % tests passed | success rate |", "|---|---|---|"]
+    train_families = {t["family"] for t in load_tasks(os.path.join(out, "warm_tasks.jsonl"))}
+    outcomes = {}  # method -> {(task_id, sample_idx): success}
     for method in agents:
-        summary = read(f"test_{method}.summary.json")
-        lines.append(f"| {METHOD_NAMES[method]} | {summary['mean_tests_passed_pct']:.1f} | {summary['success_rate_pct']:.1f} |")
-    lines.append("")
-    for critic, label in (("critic", "with the reference solution"), ("critic_no_reference", "without it (ablation)")):
-        metrics = read(critic, "metrics.json")
-        after = metrics["after"].get("pair_accuracy")
-        lines.append(f"critic held-out pair accuracy {label}: "
-                     + (f"{after:.3f} ({metrics['eval_pairs']} pairs; {metrics['before']['pair_accuracy']:.3f} before training)"
-                        if after is not None else "no held-out pairs"))
+        outcomes[method] = {(t["task_id"], t["sample_idx"]): float(t["success"])
+                            for t in load_trajectories(os.path.join(out, f"test_{method}.scored.jsonl"))}
+    tasks = {t["task_id"]: t for t in load_tasks(os.path.join(out, "test_tasks.jsonl"))}
+    seen = {task_id for task_id, t in tasks.items() if t["family"] in train_families}
+    rate = lambda method, keep: (sum(v for (task_id, _), v in outcomes[method].items() if keep(task_id))
+                                 / max(1, sum(1 for task_id, _ in outcomes[method] if keep(task_id))))
+    results = {"minutes": round(minutes, 1),
+               "starting_policy": "the embedded SmolLM2-135M after the warm start (colbench/warmstart.py)",
+               "test_dialogues": {m: len(outcomes[m]) for m in agents},
+               "test_tasks": {"all": len(tasks), "trained_families": len(seen), "test_only_families": len(tasks) - len(seen)},
+               "success_rate": {m: rate(m, lambda task_id: True) for m in agents},
+               "success_rate_trained_families": {m: rate(m, lambda task_id: task_id in seen) for m in agents},
+               "success_rate_test_only_families": {m: rate(m, lambda task_id: task_id not in seen) for m in agents},
+               "tests_passed": {m: read(f"test_{m}.summary.json")["mean_tests_passed_pct"] / 100 for m in agents}}
+    for method in agents:
+        if method == "zero-shot":
+            continue
+        difference = {}  # paired: the same task and sample index for both agents
+        for (task_id, k), success in outcomes[method].items():
+            if (task_id, k) in outcomes["zero-shot"]:
+                difference.setdefault(task_id, []).append(success - outcomes["zero-shot"][(task_id, k)])
+        label = "success_diff_ci95" if method == "sweet" else f"success_diff_ci95_{method}"
+        results[label] = list(bootstrap_mean_ci(difference))
+    results["critic"] = {}
+    for critic in critics:
+        metrics = read(f"critic_{critic}", "metrics.json")
+        results["critic"][critic] = {"pair_accuracy": metrics["after"].get("pair_accuracy"), "pairs": metrics["eval_pairs"],
+                                     "ci95": metrics["after"].get("pair_accuracy_ci95"),
+                                     "tasks": metrics["eval_tasks"]}
+    judge = read("judge", "judge.json")
+    results["best_of_n"] = {"reference": judge["critic_reference"], "no_reference": judge["critic_no_reference"],
+                            "states": judge["states"], "candidates": judge["candidates"]}
+    return results
+
+
+def table(r):
+    """The closing table, as Markdown."""
+    pct = lambda x: f"{100 * x:.1f}"
+    lines = [f"held-out test tasks: {r['test_tasks']['all']} ({r['test_tasks']['trained_families']} of trained families, "
+             f"{r['test_tasks']['test_only_families']} of test-only families)", "",
+             "| agent | dialogues | % tests passed | success % | trained families | test-only families |",
+             "|---|---|---|---|---|---|"]
+    for m in r["success_rate"]:
+        lines.append(f"| {METHOD_NAMES[m]} | {r['test_dialogues'][m]} | {pct(r['tests_passed'][m])} | "
+                     f"{pct(r['success_rate'][m])} | {pct(r['success_rate_trained_families'][m])} | "
+                     f"{pct(r['success_rate_test_only_families'][m])} |")
+    for key, value in r.items():
+        if key.startswith("success_diff_ci95"):
+            method = key[len("success_diff_ci95_"):] or "sweet"
+            diff = r["success_rate"][method] - r["success_rate"]["zero-shot"]
+            lines.append(f"\n{METHOD_NAMES[method]} - starting policy: {pct(diff)} points of success, "
+                         f"95% CI [{pct(value[0])}, {pct(value[1])}] (bootstrap over tasks, paired samples)")
+    lines += ["", "| critic (held-out tasks) | pair accuracy | 95% CI | pairs | tasks |", "|---|---|---|---|---|"]
+    names = {"reference": "with the reference solution c", "no_reference": "without c (ablation)",
+             "no_normalize": "without normalization (ablation)"}
+    for critic, c in r["critic"].items():
+        ci = f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]" if c["ci95"] else "-"
+        accuracy = f"{c['pair_accuracy']:.3f}" if c["pair_accuracy"] is not None else "-"
+        lines.append(f"| {names[critic]} | {accuracy} | {ci} | {c['pairs']} | {c['tasks']} |")
+    b = r["best_of_n"]
+    lines += ["", f"critic as judge: {b['states']} held-out turn states, {b['candidates']} final answers, tests run on each",
+              "| critic | % tests passed, critic's pick | random pick | rank correlation |", "|---|---|---|---|"]
+    for critic in ("reference", "no_reference"):
+        q = b[critic]
+        correlation = f"{q['rank_correlation']:.3f}" if q["rank_correlation"] is not None else "-"
+        lines.append(f"| {names[critic]} | {pct(q['critic_pick'])} | {pct(q['random_pick'])} | {correlation} |")
     return "\n".join(lines)
 
 
