@@ -28,7 +28,7 @@ from transformers import AutoTokenizer
 from colbench import frontend
 from colbench.data import DataError, derive_task_id, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, Episode, html_page
-from colbench.models import EndpointChat, Reply, load_model, tokenize_turns
+from colbench.models import EndpointChat, Reply, chat_text, load_model, tokenize_turns
 from colbench.render import render
 from colbench.sandbox import decode_value, encode_value
 from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
@@ -38,25 +38,48 @@ from evaluate import extract_code
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# Chat templates in the styles of real model families, each with its special tokens and end-of-turn token.
+# Llama-3 trims every message; Qwen2.5 adds a default system prompt and writes no newline after the role of
+# an empty assistant message (this one also strips content); ChatML (SmolLM2) places content verbatim.
+CHAT_STYLES = {
+    "chatml": (CHAT_TEMPLATE, ["<|im_start|>", "<|im_end|>"], "<|im_end|>"),
+    "llama3": ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+               "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
+               "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}",
+               ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"], "<|eot_id|>"),
+    "qwen": ("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+             "{% endif %}{% for m in messages %}{% if m['role'] == 'assistant' %}<|im_start|>assistant"
+             "{% if m['content'] %}\n{{ m['content'].strip() }}{% endif %}<|im_end|>\n{% else %}"
+             "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}"
+             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+             ["<|im_start|>", "<|im_end|>"], "<|im_end|>"),
+}
 
 
 # ---------------------------------------------------------------- fixtures: a tiny model, tiny tasks
 
-def build_tiny_model(folder, seed=0):
-    """A random 2-layer Llama with a byte-level BPE tokenizer trained in memory, saved to `folder`."""
+def tiny_tokenizer(style="chatml"):
+    """A byte-level BPE tokenizer trained in memory, with the chat template of `style` (CHAT_STYLES)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
+    template, special_tokens, end_of_turn = CHAT_STYLES[style]
     corpus = ["def f(x):\n    return x * 2\n", "I WANT TO ANSWER: def tip(bill): return bill",
               "What is the discount? The tip is 18 percent. Round to 2 decimal places."] * 20
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     bpe.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|im_end|>",
-                                        bos_token="<|im_start|>")
-    tokenizer.chat_template = CHAT_TEMPLATE
+        vocab_size=400, special_tokens=special_tokens, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=end_of_turn, pad_token=end_of_turn,
+                                        bos_token=special_tokens[0])
+    tokenizer.chat_template = template
+    return tokenizer
+
+
+def build_tiny_model(folder, seed=0, style="chatml"):
+    """A random 2-layer Llama with a tiny_tokenizer(style), saved to `folder`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    tokenizer = tiny_tokenizer(style)
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
@@ -307,6 +330,38 @@ def test_turn_spans_select_exactly_the_assistant_tokens(tiny_model):
     assert [tokenizer.decode(ids[a:b]) for a, b in spans] == ["What percent? 18%<|im_end|>", " def f(x):\n  return 1<|im_end|>"]
     outside = [k for k in range(len(ids)) if not any(a <= k < b for a, b in spans)]
     assert "percent" not in tokenizer.decode([ids[k] for k in outside])
+
+
+def official_scored(n_tasks):
+    """Scored trajectories in the official offline schema (no task_id, no sample_idx), replies as raw vLLM
+    output with the whitespace around them, as in colbench_code_offline_15k_llama8b.jsonl."""
+    records = []
+    for n in range(n_tasks):
+        task = {k: v for k, v in TIP_TASK.items() if k != "task_id"}
+        task["problem_description"] = f"Task {n}: " + task["problem_description"]
+        for factor, reward in (("0.18", 1.0), ("0.2", 0.3), ("1", 0.0)):
+            answer = f"def tip(bill):\n    return round(bill * {factor}, 2)"
+            question, reply = "  What percent should the tip be?\n", f"  I WANT TO ANSWER: {answer}\n\n"
+            records.append({"task": task, "answer": answer, "reward": reward, "dialogue_history": [
+                {"role": "user", "content": task["problem_description"]},
+                {"role": "assistant", "content": question, "input": "<prompt>", "output": question},
+                {"role": "user", "content": "The tip is 18 percent."},
+                {"role": "assistant", "content": reply, "input": "<prompt>", "output": reply}]})
+    return records
+
+
+@pytest.mark.parametrize("style", CHAT_STYLES)
+def test_turn_spans_are_each_reply_as_the_template_renders_it_and_its_end_of_turn_token(style):
+    tokenizer, end_of_turn = tiny_tokenizer(style), CHAT_STYLES[style][2]
+    messages = [{"role": m["role"], "content": m["content"]} for m in official_scored(1)[0]["dialogue_history"]]
+    messages += [{"role": "user", "content": "Anything else?"}, {"role": "assistant", "content": ""}]
+    ids, spans = tokenize_turns(tokenizer, messages)
+    assert tokenizer.decode(ids, clean_up_tokenization_spaces=False) == chat_text(tokenizer, messages)
+    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert len(spans) == len(replies) == 3
+    for (start, end), reply in zip(spans, replies):
+        rendered = reply if style == "chatml" else reply.strip()  # the Llama-3 and Qwen-style templates strip
+        assert ids[start:end] == tokenizer(rendered + end_of_turn, add_special_tokens=False)["input_ids"]
 
 
 # ================================================================ Tests of the shipped backend task set (colbench/data/backend_{train,test}.jsonl).
@@ -942,6 +997,16 @@ def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model)
     assert "warning:" in ablation.stdout and "--max-length 60" in ablation.stdout
     loaded = critic.load_critic(str(tmp_path / "ablation"))
     assert not loaded.use_reference and not loaded.normalize
+
+
+@pytest.mark.parametrize("style", CHAT_STYLES)
+def test_critic_trains_on_untrimmed_official_replies_under_each_chat_template(tmp_path, style):
+    model = build_tiny_model(str(tmp_path / "model"), style=style)
+    data = write_jsonl(tmp_path / "official.scored.jsonl", official_scored(2))
+    out = tmp_path / "critic"
+    result = run_script("critic.py", data, "--model", model, "--out", str(out), "--epochs", "1", "--eval-fraction", "0.5")
+    assert "used: 2 tasks, 6 trajectories, 6 pairs" in result.stdout and "done: 1 steps" in result.stdout
+    assert sorted(a["turn"] for a in read_jsonl(out / "advantages.jsonl")) == [0, 0, 0, 1, 1, 1]
 
 
 def test_critic_without_pairs_or_rewards_exits_with_a_clear_message(tmp_path, tiny_model):
