@@ -9,6 +9,9 @@ solution c), pair a random candidate of the top half (chosen) with one of the bo
 (rejected), --pairs-per-turn per state, and train the policy with DPO plus an NLL term on the
 chosen reply (Eq. 4). Sampling, ranking and training are three phases, each with its own models:
 the critic and its reference are freed before training, so peak memory is that of the larger phase.
+With --sampler URL the sampling phase runs on an OpenAI-compatible server (vLLM serving --model):
+--candidates replies per request (OpenAI's `n`; a server that returns fewer is asked once per
+missing reply), many requests at once, with the retries of colbench.models.EndpointChat.
 In training, a pair's prompt is encoded once and both replies continue from its KV cache.
 --method mt-dpo (Multi-Turn DPO baseline): whole trajectories of one task paired by reward with
 critic.py's pairing rule, log-probs summed over all agent turns, the same loss.
@@ -54,9 +57,16 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.data import DataError, default_output, load_trajectories, write_jsonl
 from colbench.env import agent_messages
-from colbench.models import (DTYPES, autocast, chat_text, compute_dtype, default_device, describe_dtype, generate,
-                             load_model, plain_messages, shared_prefix_logps, tokenize_turns)
+from colbench.models import (DTYPES, EndpointChat, autocast, chat_text, compute_dtype, default_device, describe_dtype,
+                             generate, load_model, plain_messages, shared_prefix_logps, tokenize_turns)
 from critic import load_critic, preference_pairs, score_candidates
+
+def server_url(text):
+    """An http(s) URL, or a one-line refusal at parse time."""
+    if not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r}")
+    return text
+
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (evaluate.py's output)")
@@ -71,6 +81,8 @@ parser.add_argument("--max-turns", type=int, default=10, help="the rollouts' tur
 parser.add_argument("--max-new-tokens", type=int, default=256, help="sweet: tokens per sampled reply at most")
 parser.add_argument("--temperature", type=float, default=1.0, help="sweet: sampling temperature of the candidates")
 parser.add_argument("--sample-batch-size", type=int, default=16, help="sweet: sequences per batched generate call")
+parser.add_argument("--sampler", type=server_url, help="sweet: OpenAI-compatible URL of a server (e.g. vLLM) serving --model, to sample "
+                    "the candidates there instead of in this process")
 parser.add_argument("--min-reward-gap", type=float, default=0.0, help="mt-dpo: paired rewards differ by at least this (0: any difference)")
 parser.add_argument("--beta", type=float, default=0.1, help="DPO temperature beta' (Eq. 4)")
 parser.add_argument("--nll-coef", type=float, default=0.01, help="weight lambda of the NLL term on the chosen reply (Eq. 4)")
@@ -121,6 +133,17 @@ def sample_candidates(model, tokenizer, prompts, n, args):
     return candidates
 
 
+def sample_from_server(server, conversations, args):
+    """n sampled replies for each conversation from an OpenAI-compatible server, many requests at once."""
+    candidates = []
+    with tqdm(total=len(conversations), desc="sampling (server)", unit="state") as bar:
+        for chunk in chunks(conversations, 4 * server.concurrency):
+            candidates += [[reply.text for reply in replies] for replies in
+                           server.sample(chunk, args.candidates, args.max_new_tokens, args.temperature)]
+            bar.update(len(chunk))
+    return candidates
+
+
 def top_bottom_pairs(scores, pairs_per_turn, rng):
     """(chosen, rejected) indices: a random candidate of the top half against one of the bottom half.
 
@@ -140,12 +163,15 @@ def sweet_pairs(trajectories, args, rng, device, dtype, rank=0, world=1):
     critic_dir = args.critic or default_output(args.scored, ".critic")
     if not os.path.isdir(critic_dir):
         sys.exit(f"error: no critic at {critic_dir}: run `python critic.py {args.scored}` first, or pass --critic")
-    model, tokenizer = load_model(args.model, device=device, dtype=dtype)
-    prompts = [chat_text(tokenizer, turn_prompt(t["task"], history, args.max_turns), add_generation_prompt=True)
-               for t, _, history in states]
-    candidates = sample_candidates(model, tokenizer, prompts, args.candidates, args)
-    del model
-    gc.collect()
+    conversations = [turn_prompt(t["task"], history, args.max_turns) for t, _, history in states]
+    if args.sampler:
+        candidates = sample_from_server(EndpointChat(args.sampler), conversations, args)
+    else:
+        model, tokenizer = load_model(args.model, device=device, dtype=dtype)
+        prompts = [chat_text(tokenizer, messages, add_generation_prompt=True) for messages in conversations]
+        candidates = sample_candidates(model, tokenizer, prompts, args.candidates, args)
+        del model
+        gc.collect()
 
     critic = load_critic(critic_dir, device=device, dtype=dtype)
     rows = []

@@ -197,9 +197,12 @@ def test_simulator_derives_facts_from_code_when_a_task_has_none():
 
 
 class StubOpenAI(http.server.BaseHTTPRequestHandler):
-    """A local server speaking the OpenAI chat schema; it fails and hangs on purpose first."""
+    """A local server speaking the OpenAI chat schema; it fails and hangs on purpose first. It returns
+    `n` choices when it honours OpenAI's `n` (else one), and numbers its replies sampled at T > 0."""
     script = []  # what to do with the next POSTs: 'fail', 'hang', or 'ok'
     requests_seen = []
+    honours_n = True
+    samples_made = 0
 
     def log_message(self, *args):
         pass
@@ -226,16 +229,19 @@ class StubOpenAI(http.server.BaseHTTPRequestHandler):
         last = body["messages"][-1]["content"]
         reply = ("I WANT TO ANSWER: def tip(bill):\n    return round(bill * 0.18, 2)" if "tip calculator" in last
                  else "The tip is 18 percent. " + "x" * 600)
-        self.send_json(200, {"id": "1", "object": "chat.completion", "model": body["model"],
-                             "choices": [{"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": reply}}]})
+        choices = []
+        for index in range(body.get("n", 1) if StubOpenAI.honours_n else 1):
+            StubOpenAI.samples_made += body["temperature"] > 0
+            text = reply + f"  # sample {StubOpenAI.samples_made}" * (body["temperature"] > 0)
+            choices.append({"index": index, "finish_reason": "stop", "message": {"role": "assistant", "content": text}})
+        self.send_json(200, {"id": "1", "object": "chat.completion", "model": body["model"], "choices": choices})
 
 
 @pytest.fixture()
 def stub_server():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StubOpenAI)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    StubOpenAI.script, StubOpenAI.requests_seen = [], []
+    StubOpenAI.script, StubOpenAI.requests_seen, StubOpenAI.honours_n, StubOpenAI.samples_made = [], [], True, 0
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
 
@@ -257,6 +263,19 @@ def test_endpoint_gives_up_after_bounded_retries(stub_server):
     chat = EndpointChat(stub_server, model="m", retries=2)
     with pytest.raises(RuntimeError, match="gave up after 3 attempts"):
         chat.complete([{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.parametrize("honours_n", [True, False])
+def test_endpoint_samples_n_replies_per_request_or_one_request_each(stub_server, honours_n):
+    StubOpenAI.honours_n, StubOpenAI.script = honours_n, ["fail"]  # the same retries as every request
+    conversations = [[{"role": "user", "content": f"question {k}"}] for k in range(2)]
+    samples = EndpointChat(stub_server, model="m").sample(conversations, 3, max_new_tokens=5, temperature=1.0)
+    assert [len(replies) for replies in samples] == [3, 3]
+    assert len({reply.text for replies in samples for reply in replies}) == 6
+    asked = StubOpenAI.requests_seen
+    assert len(asked) == 1 + (2 if honours_n else 6)
+    assert sorted(body.get("n", 1) for body in asked) == ([3, 3, 3] if honours_n else [1] * 4 + [3] * 3)
+    assert all(body["max_tokens"] == 5 and body["temperature"] == 1.0 for body in asked)
 
 
 # ---------------------------------------------------------------- rollout.py, end to end
@@ -1323,6 +1342,20 @@ def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(
     assert log and set(log[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps", "tokens_per_s"}
     assert json.load(open(f"{out}/args.json"))["method"] == "sweet" and (tmp_path / "policy" / "config.json").exists()
     rollout_runs(out, tmp_path)
+
+
+def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_file, critic_dir, tiny_model, stub_server):
+    StubOpenAI.honours_n = False  # the harder path: every state costs one request per candidate
+    out = str(tmp_path / "policy")
+    result = run_script("policy.py", scored_file, "--critic", critic_dir, "--model", tiny_model, "--sampler", stub_server,
+                        "--candidates", "3", "--pairs-per-turn", "2", "--max-new-tokens", "8", "--out", out)
+    assert "from 6 turn states" in result.stdout and "done:" in result.stdout
+    asked = StubOpenAI.requests_seen
+    assert len(asked) == 6 * 3 and sum(body.get("n") == 3 for body in asked) == 6
+    assert all(body["messages"][0]["role"] == "system" and body["messages"][-1]["role"] == "user" for body in asked)
+    pairs = read_jsonl(f"{out}/pairs.jsonl")
+    assert pairs and all("# sample" in pair["chosen"][0]["content"] and "# sample" in pair["rejected"][0]["content"]
+                         for pair in pairs)
 
 
 @pytest.mark.parametrize("method, data_file", [("mt-dpo", "pairs.jsonl"), ("rft", "sft.jsonl")])

@@ -262,15 +262,34 @@ class EndpointChat:
                 raise RuntimeError(f"{self.base}{path}: gave up after {self.retries + 1} attempts ({problem})")
             time.sleep(min(30.0, 0.5 * 2 ** attempt))
 
-    def complete(self, messages, max_new_tokens=256, temperature=1.0):
+    def complete(self, messages, max_new_tokens=256, temperature=1.0, n=1):
+        """The replies of one request: n choices asked for (OpenAI's `n`); a server may return fewer."""
         body = {"model": self.name, "messages": messages, "max_tokens": max_new_tokens, "temperature": temperature}
-        text = self._request("POST", "/chat/completions", body)["choices"][0]["message"]["content"] or ""
-        return Reply(text.strip(), json.dumps(messages, ensure_ascii=False), self.count_tokens(text))
+        if n > 1:
+            body["n"] = n
+        choices = self._request("POST", "/chat/completions", body)["choices"]
+        if not choices:
+            raise RuntimeError(f"{self.base}/chat/completions: a reply without choices")
+        prompt = json.dumps(messages, ensure_ascii=False)
+        texts = [choice["message"]["content"] or "" for choice in choices[:n]]
+        return [Reply(text.strip(), prompt, self.count_tokens(text)) for text in texts]
 
     def chat(self, conversations, max_new_tokens=256, temperature=1.0):
         with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
-            return list(pool.map(lambda messages: self.complete(plain_messages(messages), max_new_tokens, temperature),
+            return list(pool.map(lambda messages: self.complete(plain_messages(messages), max_new_tokens, temperature)[0],
                                  conversations))
+
+    def sample(self, conversations, n, max_new_tokens=256, temperature=1.0):
+        """n replies to each conversation, the conversations concurrently: one request asks for all n;
+        when the server returns fewer (it ignores `n`), the rest come one request each."""
+        def replies(messages):
+            got = self.complete(messages, max_new_tokens, temperature, n)
+            while len(got) < n:
+                got += self.complete(messages, max_new_tokens, temperature)
+            return got
+
+        with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
+            return list(pool.map(lambda messages: replies(plain_messages(messages)), conversations))
 
     def count_tokens(self, text):
         """Server-side tokens are counted with tiktoken's cl100k_base (offline copy when available)."""
