@@ -14,7 +14,7 @@ With --sampler URL the sampling phase runs on an OpenAI-compatible server (vLLM 
 missing reply), many requests at once, with the retries of colbench.models.EndpointChat.
 In training, a pair's prompt is encoded once and both replies continue from its KV cache.
 --method mt-dpo (Multi-Turn DPO baseline): whole trajectories of one task paired by reward with
-critic.py's pairing rule, log-probs summed over all agent turns, the same loss.
+critic.py's pairing rule (--pairing), log-probs summed over all agent turns, the same loss.
 --method rft (Rejection Fine-Tuning baseline): supervised fine-tuning on the agent turns of the
 successful trajectories.
 
@@ -59,7 +59,7 @@ from colbench.data import DataError, default_output, load_trajectories, write_js
 from colbench.env import agent_messages
 from colbench.models import (DTYPES, EndpointChat, autocast, chat_text, compute_dtype, default_device, describe_dtype,
                              generate, load_model, plain_messages, shared_prefix_logps, tokenize_turns)
-from critic import load_critic, preference_pairs, score_candidates
+from critic import PAIRINGS, load_critic, preference_pairs, score_candidates, succeeded
 
 def server_url(text):
     """An http(s) URL, or a one-line refusal at parse time."""
@@ -84,6 +84,8 @@ parser.add_argument("--sample-batch-size", type=int, default=16, help="sweet: se
 parser.add_argument("--sampler", type=server_url, help="sweet: OpenAI-compatible URL of a server (e.g. vLLM) serving --model, to sample "
                     "the candidates there instead of in this process")
 parser.add_argument("--min-reward-gap", type=float, default=0.0, help="mt-dpo: paired rewards differ by at least this (0: any difference)")
+parser.add_argument("--pairing", default="all", choices=PAIRINGS,
+                    help="mt-dpo: which trajectories of a task make pairs, as critic.py --pairing")
 parser.add_argument("--beta", type=float, default=0.1, help="DPO temperature beta' (Eq. 4)")
 parser.add_argument("--nll-coef", type=float, default=0.01, help="weight lambda of the NLL term on the chosen reply (Eq. 4)")
 parser.add_argument("--lr", type=float, default=5e-6, help="AdamW learning rate (paper: 2e-7 for 8B models)")
@@ -207,7 +209,7 @@ def trajectory_prompt_completion(trajectory, max_turns):
 
 def mt_dpo_pairs(trajectories, args):
     rows = []
-    for chosen, rejected in preference_pairs(trajectories, args.min_reward_gap):
+    for chosen, rejected in preference_pairs(trajectories, args.min_reward_gap, args.pairing):
         prompt, chosen_completion = trajectory_prompt_completion(chosen, args.max_turns)
         _, rejected_completion = trajectory_prompt_completion(rejected, args.max_turns)
         rows.append({"task_id": chosen["task_id"], "chosen_sample_idx": chosen["sample_idx"],
@@ -220,7 +222,7 @@ def mt_dpo_pairs(trajectories, args):
 def rft_examples(trajectories, args):
     rows = []
     for trajectory in trajectories:
-        if trajectory.get("success", trajectory["reward"] >= 1.0):
+        if succeeded(trajectory):
             prompt, completion = trajectory_prompt_completion(trajectory, args.max_turns)
             rows.append({"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"],
                          "prompt": prompt, "completion": completion})
@@ -356,7 +358,8 @@ def main(args):
     write_jsonl(data_path if rank == 0 else os.devnull, rows)
     if not rows:
         sys.exit({"sweet": "error: no pairs: every candidate of every state scored the same",
-                  "mt-dpo": f"error: no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap}",
+                  "mt-dpo": f"error: no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap} "
+                            f"under --pairing {args.pairing}",
                   "rft": "error: no successful trajectory to fine-tune on"}[args.method])
 
     model, tokenizer = load_model(args.model, trainable=True, device=device)

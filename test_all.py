@@ -944,6 +944,22 @@ def test_critic_pairs_need_the_same_task_and_a_large_enough_reward_gap():
     assert names(critic.preference_pairs(trajectories, 0.5)) == [("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 3)]
 
 
+def test_critic_official_pairing_best_against_each_worse_of_solved_tasks_and_a_frontend_gap_of_0_1():
+    failed, page = dict(TIP_TASK, task_id="failed"), {"task_id": "page", "problem_description": "A bakery page.",
+                                                      "ground_truth": "<html><body><h1>Bread</h1></body></html>"}
+    trajectories = ([scored(TIP_TASK, k, ["a"], reward) for k, reward in enumerate([0.5, 1.0, 0.2, 1.0, 0.5])]
+                    + [scored(failed, k, ["b"], reward) for k, reward in enumerate([0.2, 0.9])]
+                    + [scored(page, k, ["c"], reward) for k, reward in enumerate([0.70, 0.75, 0.95, 0.5])])
+    names = lambda pairs: [(c["task_id"], c["sample_idx"], r["sample_idx"]) for c, r in pairs]
+    # the best solved trajectory (the first of the two at 1.0) against each worse one; nothing from `failed`
+    assert names(critic.preference_pairs(trajectories, 0.0, "official")) == [
+        ("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 4),
+        ("page", 2, 0), ("page", 0, 3), ("page", 2, 1), ("page", 1, 3), ("page", 2, 3)]  # not 0.70 vs 0.75
+    assert len(critic.preference_pairs(trajectories, 0.0, "all")) == 8 + 1 + 6
+    assert names(critic.preference_pairs(trajectories, 0.4, "official")) == [
+        ("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 4), ("page", 2, 3)]
+
+
 def test_critic_max_length_drops_the_oldest_turns_first_and_says_so(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     trajectory = scored(TIP_TASK, 0, ["first question?", "second question?", "I WANT TO ANSWER: def tip(bill): return 1"], 0.0)
@@ -1371,6 +1387,14 @@ def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, 
         assert len(rows) == 1 and rows[0]["sample_idx"] == 0 and rows[0]["completion"][-1]["role"] == "assistant"
     assert "nll" in read_jsonl(f"{out}/log.jsonl")[0] if method == "rft" else "margin" in read_jsonl(f"{out}/log.jsonl")[0]
     rollout_runs(out, tmp_path)
+
+
+def test_policy_mt_dpo_pairs_by_the_pairing_rule_asked_for():
+    from policy import mt_dpo_pairs, parser
+    trajectories = [dict(t) for t in SCORED]  # rewards 1.0, 0.3, 0.0
+    for pairing, expected in (("all", [(0, 1), (0, 2), (1, 2)]), ("official", [(0, 1), (0, 2)])):
+        rows = mt_dpo_pairs(trajectories, parser.parse_args(["x.jsonl", "--method", "mt-dpo", "--pairing", pairing]))
+        assert [(row["chosen_sample_idx"], row["rejected_sample_idx"]) for row in rows] == expected
 
 
 def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model):
