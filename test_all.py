@@ -757,6 +757,33 @@ def test_eval_keep_rewards_and_best_of_k(tmp_path):
     assert summary["scored"] == 3 and summary["trajectories_per_s"] > 0
 
 
+def test_eval_official_scoring_first_block_function_scope_and_banned_substrings(tmp_path):
+    floor_reference = "import math\n\n\ndef f(x):\n    return math.floor(x) * 2\n"
+    answers = {  # name: (answer, reward by default, reward under --official-scoring)
+        "plain": ("I WANT TO ANSWER:\n```python\n" + CODE + "```", 1.0, 1.0),
+        "import_inside": ("def f(x):\n    import math\n    return math.floor(x) * 2\n", 1.0, 1.0),
+        "example_first": ("I WANT TO ANSWER:\n```python\nf(2)  # gives 4\n```\nThe code:\n```python\n" + CODE + "```",
+                          1.0, 0.0),
+        "module_import": ("import math\n\n\ndef f(x):\n    return math.floor(x) * 2\n", 1.0, 0.0),
+        "module_helper": ("def twice(x):\n    return 2 * x\n\n\ndef f(x):\n    return twice(x)\n", 1.0, 0.0),
+        "banned_word": ("A rewrite of it:\n```python\n" + CODE + "```", 1.0, 0.0),
+    }
+    records = [trajectory(answer, sample_idx=k) for k, (answer, _, _) in enumerate(answers.values())]
+    records.append(trajectory(CODE, task_id="floor", reference=floor_reference, sample_idx=0))
+    path = write_jsonl(tmp_path / "answers.jsonl", records)
+    process, default, _ = evaluate(path)
+    assert process.returncode == 0, process.stderr[-2000:]
+    process, official, summary = evaluate(path, "--official-scoring")
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert [r["reward"] for r in default] == [expected for _, expected, _ in answers.values()] + [1.0]
+    assert [r["reward"] for r in official] == [expected for _, _, expected in answers.values()] + [0.0]
+    by_name = dict(zip(list(answers) + ["floor"], official))
+    assert by_name["banned_word"]["failure"] == "banned substring" and "'write'" in by_name["banned_word"]["failure_detail"]
+    assert by_name["module_import"]["failure"] == "exception" and "NameError" in by_name["module_import"]["failure_detail"]
+    assert by_name["floor"]["failure"] == "reference gave None"  # the reference itself imports at module level
+    assert summary["args"]["official_scoring"] is True
+
+
 # --- bad input ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("content, expected", [
     ('{"task": {}}\n', ":1: field 'task': missing field 'problem_description'"),
