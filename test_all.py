@@ -27,7 +27,7 @@ from transformers import AutoTokenizer
 
 from colbench import frontend
 from colbench.data import DataError, derive_task_id, load_tasks, load_trajectories, task_kind
-from colbench.env import ANSWER_MARKER, Episode, html_page
+from colbench.env import ANSWER_MARKER, LAST_TURN_NOTE, PROMPT_STYLES, TURN_BUDGET_NOTE, Episode, html_page
 from colbench.models import EndpointChat, Reply, chat_text, load_model, tokenize_turns
 from colbench.render import render
 from colbench.sandbox import decode_value, encode_value
@@ -173,6 +173,20 @@ def test_episode_ends_on_the_marker_or_the_last_turn():
     last.add_human_turn("answer")
     assert "last turn" in last.agent_view()[0]["content"]
     assert last.add_agent_turn(Reply("def tip(bill): return 1", "p", 1)) and last.answer == "def tip(bill): return 1"
+
+
+def test_official_prompt_style_states_the_budget_at_every_turn_and_adds_no_last_turn_note():
+    for style in PROMPT_STYLES:
+        episode = Episode(TIP_TASK, 0, max_turns=2, prompt_style=style)
+        systems = [episode.agent_view()[0]["content"]]
+        episode.add_agent_turn(Reply("What percent?", "p", 1))
+        episode.add_human_turn("18 percent.")
+        systems.append(episode.agent_view()[0]["content"])
+        budget = TURN_BUDGET_NOTE.format(max_turns=2)
+        if style == "official":
+            assert systems[0] == systems[1] and budget in systems[0] and LAST_TURN_NOTE not in systems[1]
+        else:
+            assert systems[0] + LAST_TURN_NOTE == systems[1] and budget not in systems[1]
 
 
 def test_embedded_simulator_answers_from_facts_and_says_when_it_does_not_know():
@@ -1322,12 +1336,12 @@ def test_policy_pairs_cross_the_median_and_chosen_scores_higher():
 
 
 def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model, tmp_path):
-    from policy import add_reference_logps, tokenize_completion, train
+    from policy import add_reference_logps, reply_pair_example, train
     from colbench.models import load_model
     model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
     prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "I want a tip calculator."}]
-    examples = [{"chosen": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": chosen}]),
-                 "rejected": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": rejected}])}
+    examples = [reply_pair_example(tokenizer, {"prompt": prompt, "chosen": [{"role": "assistant", "content": chosen}],
+                                               "rejected": [{"role": "assistant", "content": rejected}]})
                 for chosen, rejected in [("What percent is the tip?", "def tip(bill): return bill"),
                                          ("Round to 2 decimal places?", "I WANT TO ANSWER: def f(x): return 1")]]
     add_reference_logps(model, examples)
@@ -1387,6 +1401,26 @@ def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(
     rollout_runs(out, tmp_path)
 
 
+@pytest.mark.parametrize("style", PROMPT_STYLES)
+def test_policy_scores_each_rollout_turn_under_the_prompt_the_agent_saw(tmp_path, tiny_model, style):
+    from policy import agent_turn_sequences, parser
+    out = tmp_path / "traj.jsonl"
+    run_script("rollout.py", write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK]), "--agent", tiny_model, "--samples", "2",
+               "--max-turns", "2", "--max-new-tokens", "4", "--prompt", style, "--out", str(out))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    args = parser.parse_args(["x.jsonl", "--method", "rft", "--max-turns", "2", "--prompt", style])
+    trajectories = load_trajectories(str(out))
+    assert any(sum(t["role"] == "assistant" for t in r["dialogue_history"]) == 2 for r in trajectories)
+    for trajectory in trajectories:
+        prompts = [turn["input"] for turn in trajectory["dialogue_history"] if turn["role"] == "assistant"]
+        assert [LAST_TURN_NOTE in p for p in prompts] == [style == "default" and k == 1 for k in range(len(prompts))]
+        sequences = agent_turn_sequences(tokenizer, trajectory, args)
+        assert len(sequences) == (2 if style == "default" and len(prompts) == 2 else 1)
+        # the text before each scored turn is the prompt rollout.py recorded for it
+        assert [tokenizer.decode(ids[:start], clean_up_tokenization_spaces=False)
+                for ids, spans in sequences for start, _ in spans] == prompts
+
+
 def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_file, critic_dir, tiny_model, stub_server):
     StubOpenAI.honours_n = False  # the harder path: every state costs one request per candidate
     out = str(tmp_path / "policy")
@@ -1404,7 +1438,8 @@ def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_f
 @pytest.mark.parametrize("method, data_file", [("mt-dpo", "pairs.jsonl"), ("rft", "sft.jsonl")])
 def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, data_file):
     out = str(tmp_path / method)
-    result = run_script("policy.py", scored_file, "--method", method, "--model", tiny_model, "--out", out)
+    result = run_script("policy.py", scored_file, "--method", method, "--model", tiny_model, "--out", out,
+                        "--max-turns", "2")  # each last turn saw a last-turn note: scored in a pass of its own
     assert "done:" in result.stdout
     rows = read_jsonl(f"{out}/{data_file}")
     if method == "mt-dpo":  # rewards 1.0, 0.3, 0.0: three pairs, each whole dialogue after the problem
