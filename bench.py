@@ -208,8 +208,7 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
     warm_up(model)
 
     def ours():
-        examples = [{"chosen": policy.tokenize_completion(tokenizer, row["prompt"], row["chosen"]),
-                     "rejected": policy.tokenize_completion(tokenizer, row["prompt"], row["rejected"])} for row in rows]
+        examples = [policy.reply_pair_example(tokenizer, row) for row in rows]
         policy.add_reference_logps(model, examples)
         with tempfile.TemporaryDirectory() as folder:
             policy.train(model, examples, settings, random.Random(0), f"{folder}/log.jsonl")

@@ -4,7 +4,8 @@
 
 Input: scored trajectories (evaluate.py's output, or an official ColBench offline file that has a
 `reward` on each line). Two trajectories of one task whose rewards differ make a pair, the
-higher-reward one being chosen. The critic is a causal LM, with its own LM head and no value head.
+higher-reward one being chosen (--pairing official: the official scripts' stricter rule, see
+`preference_pairs`). The critic is a causal LM, with its own LM head and no value head.
 It reads the reference solution c, which the agent never saw, then the agent's system prompt and
 the dialogue. Its advantage for agent turn t is a log-ratio against its own frozen initial weights
 π_ref, averaged over the turn's tokens (paper Eq. 3):
@@ -49,11 +50,13 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from colbench import distributed
-from colbench.data import DataError, default_output, load_trajectories
+from colbench.data import DataError, default_output, load_trajectories, task_kind
 from colbench.stats import bootstrap_mean_ci, spearman
 from colbench.env import agent_messages
 from colbench.models import (DTYPES, autocast, compute_dtype, default_device, describe_dtype, load_model, resolve_model,
                              shared_prefix_logps, token_logps, tokenize_turns)
+
+PAIRINGS = ("all", "official")  # the rules of preference_pairs
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (each line with a `reward`), e.g. evaluate.py's output")
@@ -66,6 +69,9 @@ parser.add_argument("--batch-size", type=int, default=8, help="pairs per optimiz
 parser.add_argument("--eval-fraction", type=float, default=0.1, help="fraction of the paired tasks held out")
 parser.add_argument("--min-reward-gap", type=float, default=0.0,
                     help="pair two trajectories of a task only when their rewards differ by at least this (0: any difference)")
+parser.add_argument("--pairing", default="all", choices=PAIRINGS,
+                    help="which trajectories of a task make pairs: all (any two whose rewards differ) or official "
+                         "(the official scripts' rule; see preference_pairs)")
 parser.add_argument("--max-length", type=int, default=2048, help="tokens per critic sequence at most; the oldest turns go first")
 parser.add_argument("--no-reference", action="store_true",
                     help="leave out the reference solution c (ablation: w/o training-time information)")
@@ -174,20 +180,45 @@ def pair_accuracy(margins):
     return ((margins > 0).float() + 0.5 * (margins == 0).float()).mean().item()
 
 
-def preference_pairs(trajectories, min_reward_gap):
+def succeeded(trajectory):
+    """Success as evaluate.py records it (backend: every test passed); a file without `success` counts a
+    reward of 1.0 as success."""
+    return trajectory.get("success", trajectory["reward"] >= 1.0)
+
+
+OFFICIAL_FRONTEND_GAP = 0.1  # the official frontend scripts skip pairs whose CLIP rewards are closer
+
+
+def preference_pairs(trajectories, min_reward_gap, pairing="all"):
     """[(chosen, rejected)]: trajectories of the same task whose rewards differ by at least
-    `min_reward_gap` (and differ at all), chosen = higher reward. Ordered by task, then sample_idx."""
+    `min_reward_gap` (and differ at all), chosen = higher reward. Ordered by task, then sample_idx.
+
+    pairing 'all' (the default): every two trajectories of a task whose rewards differ; k samples of
+    a task give up to k(k-1)/2 pairs, failed tasks included (a partial pass beats a total failure).
+    pairing 'official', the official sweet_rl scripts' rule: a backend task gives pairs only when one
+    of its trajectories succeeded, and then only its best one (the lowest sample_idx among equals)
+    against each worse one, k - 1 pairs at most; frontend pairs are 'all' pairs whose rewards differ
+    by at least 0.1."""
     by_task = {}
     for trajectory in trajectories:
         by_task.setdefault(trajectory["task_id"], []).append(trajectory)
     pairs = []
     for group in by_task.values():
         group = sorted(group, key=lambda t: t["sample_idx"])
-        for i, first in enumerate(group):
-            for second in group[i + 1:]:
-                gap = float(first["reward"]) - float(second["reward"])
-                if gap != 0 and abs(gap) >= min_reward_gap:
-                    pairs.append((first, second) if gap > 0 else (second, first))
+        smallest_gap = min_reward_gap
+        if pairing == "official" and task_kind(group[0]["task"]) == "backend":
+            if not any(succeeded(t) for t in group):
+                continue
+            best = max(group, key=lambda t: float(t["reward"]))  # max keeps the first of equals
+            candidates = [(best, other) for other in group if other is not best]
+        else:
+            if pairing == "official":
+                smallest_gap = max(min_reward_gap, OFFICIAL_FRONTEND_GAP)
+            candidates = [(first, second) for i, first in enumerate(group) for second in group[i + 1:]]
+        for first, second in candidates:
+            gap = float(first["reward"]) - float(second["reward"])
+            if gap != 0 and abs(gap) >= smallest_gap:
+                pairs.append((first, second) if gap > 0 else (second, first))
     return pairs
 
 
@@ -272,10 +303,11 @@ def main(args):
             sys.exit(f"error: {args.scored}: trajectory {t['task_id']}/{t['sample_idx']} has no numeric 'reward'; "
                      "score the file with evaluate.py first")
     with_turns = [t for t in trajectories if any(turn["role"] == "assistant" for turn in t["dialogue_history"])]
-    pairs = preference_pairs(with_turns, args.min_reward_gap)
+    pairs = preference_pairs(with_turns, args.min_reward_gap, args.pairing)
     if not pairs:
         sys.exit(f"error: no pairs: no two trajectories of one task have rewards that differ by at least "
-                 f"{args.min_reward_gap} ({len(trajectories)} trajectories). The critic needs contrast.")
+                 f"{args.min_reward_gap} under --pairing {args.pairing} ({len(trajectories)} trajectories). "
+                 "The critic needs contrast.")
 
     # Held-out pairs are split by task, so no held-out task was seen in training.
     tasks = list(dict.fromkeys(chosen["task_id"] for chosen, _ in pairs))

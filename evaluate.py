@@ -10,7 +10,8 @@ candidate on every test call, and adds to the line:
     tests_passed    tests_total (counted tests)   test_results    {test name: "pass" or its category}
     failure         the main failure category, or null; failure_detail: e.g. "ZeroDivisionError: ..."
     broken_tests    {test name: why it is not counted}, e.g. "reference raised ZeroDivisionError: ..."
-Failure categories: syntax error, exception, timeout, wrong output, out of memory, crashed.
+Failure categories: syntax error, exception, timeout, wrong output, out of memory, crashed, and
+"banned substring" (--official-scoring, below).
 
 The rule is the official evaluator's: a test passes when the candidate's return value equals the
 reference's under Python's `==` (so 0 == 0.0) and the reference's value is not None. A test whose
@@ -23,6 +24,14 @@ len(broken_tests)). The shipped tasks have no broken test.
 Unlike the official evaluator, no model-written code (reference solutions included) runs in this
 process: everything runs in colbench/sandbox.py, which sends the return values back as plain data,
 and the comparison happens here. Reference values are computed once per task.
+
+--official-scoring applies the official evaluator's rules where they differ from ours (the paper's
+numbers came from it): the code is the answer's first ```python block (else its first ``` block, else
+the whole answer), not the block that defines a function, with no prose removed; the program is exec'd
+and each test call eval'd inside a function, so a function the program defines cannot see the
+program's module-level imports or helper functions (NameError), for the reference solutions too; an
+answer that holds one of OFFICIAL_BANNED scores 0 unrun; a broken test counts as failed. Programs still run in the sandbox. Not
+reproduced: the official evaluator's own imports, which its exec'd code could see (unknown here).
 
 Frontend trajectories (an HTML reference): the final page and the reference page are rendered by
 headless chromium (colbench/render.py; a page that fails counts as blank) and `reward` is the
@@ -50,7 +59,7 @@ from colbench.render import ChromiumMissing
 from colbench.sandbox import Sandbox
 
 ANSWER_MARKER = "I WANT TO ANSWER:"
-CATEGORIES = ("syntax error", "exception", "timeout", "wrong output", "out of memory", "crashed")
+CATEGORIES = ("syntax error", "exception", "timeout", "wrong output", "out of memory", "crashed", "banned substring")
 BROKEN = "broken test"  # in test_results: the reference gave nothing to compare with
 
 
@@ -63,6 +72,9 @@ def parse_args(argv=None):
     parser.add_argument("--timeout", type=positive_float, default=1.0,
                         help="seconds per test call, wall clock, as in the official evaluator")
     parser.add_argument("--summary-json", help="also write the summary metrics to this file")
+    parser.add_argument("--official-scoring", action="store_true",
+                        help="backend: the official evaluator's rules (first code block, code run inside a "
+                             "function, banned substrings score 0), still in the sandbox")
     parser.add_argument("--keep-rewards", action="store_true",
                         help="keep a `reward` already in the input instead of re-scoring that line")
     parser.add_argument("--clip", default=frontend.DEFAULT_CLIP,
@@ -94,10 +106,13 @@ def strip_prose(text):
     return "\n".join(lines[start:end])
 
 
+def after_marker(answer):
+    return answer.split(ANSWER_MARKER, 1)[1] if ANSWER_MARKER in answer else answer
+
+
 def extract_code(answer):
     """The final program in an answer: after `I WANT TO ANSWER:`, out of code fences, dedented."""
-    text = answer.split(ANSWER_MARKER, 1)[1] if ANSWER_MARKER in answer else answer
-    text = text.lstrip(" \t")  # code that starts on the marker's line
+    text = after_marker(answer).lstrip(" \t")  # code that starts on the marker's line
     blocks = [(tag.strip().lower(), body) for tag, body in FENCE.findall(text)]
     if blocks:
         bodies = [body for tag, body in blocks if tag in PYTHON_TAGS] or [body for _, body in blocks]
@@ -105,6 +120,39 @@ def extract_code(answer):
     else:
         code = strip_prose(text.replace("```", ""))
     return textwrap.dedent(code).strip("\n") + "\n"
+
+
+# --- the official evaluator's rules (--official-scoring) ---------------------------------------------
+# An answer holding any of these scores 0 in the official evaluator. Its source (sweet_rl's
+# sweet_rl/utils/code_utils.py) was not at hand to check: this is the list that a third-party port of
+# it (MASEval's ColBench evaluator) gives, matched as plain substrings of the whole answer, prose
+# included ("rewrite" holds "write").
+OFFICIAL_BANNED = ("import os", "from os", "import sys", "from sys", "open(", "print(", "write", "sudo",
+                   "transformers", "exit(", "quit(", "argparse")
+
+
+def banned_substring(answer):
+    """The first of OFFICIAL_BANNED in the answer, or None."""
+    return next((banned for banned in OFFICIAL_BANNED if banned in after_marker(answer)), None)
+
+
+def official_code(answer):
+    """The official evaluator's program: the first ```python block, else the first ``` block (its tag,
+    if any, left in), else the whole answer."""
+    text = after_marker(answer)
+    for fence in ("```python", "```"):
+        if fence in text:
+            return text.split(fence, 1)[1].split("```", 1)[0].strip()
+    return text.strip()
+
+
+def in_function_scope(code, calls):
+    """`code` and its test calls rewritten to run as the official evaluator ran them, by exec and eval
+    inside a function: the program's top-level names (imports, helper functions) land in that
+    function's local namespace, where the functions the program defines cannot see them."""
+    program = ("_globals, _locals = {'__name__': 'solution'}, {}\n"
+               f"exec(compile({code!r}, '<answer>', 'exec'), _globals, _locals)\n")
+    return program, [(name, f"eval({call!r}, _globals, _locals)") for name, call in calls]
 
 
 # --- backend scoring -------------------------------------------------------------------------------
@@ -118,6 +166,12 @@ def broken_reason(reference):
     if error == "exception":
         return f"reference raised {detail}"
     return f"reference: {error}" + (f" ({detail})" if detail else "")
+
+
+def broken_tests(task, reference):
+    """{test name: why it cannot count} for the task's tests whose reference gave no value."""
+    reasons = {name: broken_reason(reference.get(name, {"error": "crashed"})) for name in task["test_cases"]}
+    return {name: reason for name, reason in reasons.items() if reason}
 
 
 def judge(result, reference):
@@ -161,37 +215,57 @@ def score_backend(records, args, progress):
     def task_key(task):
         return json.dumps([task["task_id"], task["ground_truth"], task["test_cases"]], sort_keys=True)
 
+    def program(code, task):
+        """What the sandbox runs: the code and the task's test calls, or as the official evaluator ran them."""
+        calls = list(task["test_cases"].items())
+        return in_function_scope(code, calls) if args.official_scoring else (code, calls)
+
+    def add_reward(record, judged, broken):
+        """judged: {counted test name: (outcome, detail)}, broken: {test name: why it is not counted}
+        -> the reward fields of the record."""
+        outcomes = {name: outcome for name, (outcome, _) in judged.items()}
+        if args.official_scoring:  # the official evaluator fails a broken test for every candidate
+            outcomes.update({name: BROKEN for name in broken})
+        passed = sum(outcome == "pass" for outcome in outcomes.values())
+        failure = main_failure(outcomes.values())
+        if failure == BROKEN:
+            detail = next(iter(broken.values()))
+        else:
+            detail = next((d for o, d in judged.values() if o == failure), None)
+        record.update(reward=passed / len(outcomes) if outcomes else 0.0,
+                      success=bool(outcomes) and passed == len(outcomes),
+                      tests_passed=passed, tests_total=len(outcomes), failure=failure,
+                      failure_detail=detail,
+                      test_results={name: outcomes.get(name, BROKEN) for name in record["task"]["test_cases"]},
+                      broken_tests=broken)
+        progress.update(1)
+
     tasks = {task_key(r["task"]): r["task"] for r in records}
     progress.total += len(tasks)
     references = {}
     try:
         with ThreadPoolExecutor(args.workers) as pool:
             # Reference results, once per task.
-            jobs = {pool.submit(in_sandbox, task["ground_truth"], list(task["test_cases"].items())): key
-                    for key, task in tasks.items()}
+            jobs = {pool.submit(in_sandbox, *program(task["ground_truth"], task)): key for key, task in tasks.items()}
             for job in as_completed(jobs):
                 references[jobs[job]] = job.result()
                 progress.update(1)
-            jobs = {pool.submit(in_sandbox, extract_code(r["answer"]), list(r["task"]["test_cases"].items())): r
-                    for r in records}
+            jobs = {}
+            for record in records:
+                banned = banned_substring(record["answer"]) if args.official_scoring else None
+                if banned:  # never run: the official evaluator scored it 0 as it stood
+                    broken = broken_tests(record["task"], references[task_key(record["task"])])
+                    add_reward(record, {name: ("banned substring", f"the answer holds {banned!r}")
+                                        for name in record["task"]["test_cases"] if name not in broken}, broken)
+                    continue
+                code = official_code(record["answer"]) if args.official_scoring else extract_code(record["answer"])
+                jobs[pool.submit(in_sandbox, *program(code, record["task"]))] = record
             for job in as_completed(jobs):
                 record, results = jobs[job], job.result()
                 reference = references[task_key(record["task"])]
-                names = list(record["task"]["test_cases"])
-                reasons = {name: broken_reason(reference.get(name, {"error": "crashed"})) for name in names}
-                broken = {name: reason for name, reason in reasons.items() if reason}
-                judged = {name: judge(results.get(name, {"error": "crashed"}), reference[name]["value"])
-                          for name in names if name not in broken}
-                outcomes = {name: outcome for name, (outcome, _) in judged.items()}
-                passed = sum(outcome == "pass" for outcome in outcomes.values())
-                failure = main_failure(outcomes.values())
-                record.update(reward=passed / len(outcomes) if outcomes else 0.0,
-                              success=bool(outcomes) and passed == len(outcomes),
-                              tests_passed=passed, tests_total=len(outcomes), failure=failure,
-                              failure_detail=next((d for o, d in judged.values() if o == failure), None),
-                              test_results={name: outcomes.get(name, BROKEN) for name in names},
-                              broken_tests=broken)
-                progress.update(1)
+                broken = broken_tests(record["task"], reference)
+                add_reward(record, {name: judge(results.get(name, {"error": "crashed"}), reference[name]["value"])
+                                    for name in record["task"]["test_cases"] if name not in broken}, broken)
     finally:
         while not sandboxes.empty():
             sandboxes.get().close()

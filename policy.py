@@ -9,9 +9,12 @@ solution c), pair a random candidate of the top half (chosen) with one of the bo
 (rejected), --pairs-per-turn per state, and train the policy with DPO plus an NLL term on the
 chosen reply (Eq. 4). Sampling, ranking and training are three phases, each with its own models:
 the critic and its reference are freed before training, so peak memory is that of the larger phase.
+With --sampler URL the sampling phase runs on an OpenAI-compatible server (vLLM serving --model):
+--candidates replies per request (OpenAI's `n`; a server that returns fewer is asked once per
+missing reply), many requests at once, with the retries of colbench.models.EndpointChat.
 In training, a pair's prompt is encoded once and both replies continue from its KV cache.
 --method mt-dpo (Multi-Turn DPO baseline): whole trajectories of one task paired by reward with
-critic.py's pairing rule, log-probs summed over all agent turns, the same loss.
+critic.py's pairing rule (--pairing), log-probs summed over all agent turns, the same loss.
 --method rft (Rejection Fine-Tuning baseline): supervised fine-tuning on the agent turns of the
 successful trajectories. --method sft: the same on every trajectory, scored or not (the demo's
 warm start on scripted dialogues, colbench/warmstart.py).
@@ -29,8 +32,13 @@ Where this departs from the paper or the official code:
   training starts: no second copy of the policy is kept in memory.
 - NLL(a+ | o_t) is the mean over the chosen reply's tokens (the paper does not say which).
 - Pairs whose two scores are equal are dropped: they state no preference.
-- Multi-Turn DPO and RFT read a whole trajectory in one pass under the first turn's system
-  prompt; a dialogue that reached the turn limit saw an extra last-turn note in its last prompt.
+- Multi-Turn DPO and RFT score each agent turn under the prompt the agent saw at that turn
+  (--prompt and --max-turns as in the rollouts; rollout.py records that prompt in each turn's
+  `input`): the turns that saw one system prompt share a forward pass, and in the default style the
+  last turn of a dialogue that reached --max-turns, which saw a last-turn note, gets one of its own.
+  pairs.jsonl and sft.jsonl show each trajectory in TRL's format under its first turn's prompt.
+  For official offline files, --prompt official gives the budget-up-front style, not the official
+  prompt's own words.
 - Frontend trajectories are accepted: a text critic ranks their replies from the dialogue text
   and the reference page's HTML. The paper's frontend critic was a vision-language model with a
   regression head.
@@ -54,10 +62,17 @@ from tqdm import tqdm
 
 from colbench import distributed
 from colbench.data import DataError, default_output, load_trajectories, write_jsonl
-from colbench.env import agent_messages
-from colbench.models import (DTYPES, autocast, chat_text, compute_dtype, default_device, describe_dtype, generate,
-                             load_model, plain_messages, shared_prefix_logps, tokenize_turns)
-from critic import load_critic, preference_pairs, score_candidates
+from colbench.env import PROMPT_STYLES, agent_messages
+from colbench.models import (DTYPES, EndpointChat, autocast, chat_text, compute_dtype, default_device, describe_dtype,
+                             generate, load_model, plain_messages, shared_prefix_logps, tokenize_turns)
+from critic import PAIRINGS, load_critic, preference_pairs, score_candidates, succeeded
+
+def server_url(text):
+    """An http(s) URL, or a one-line refusal at parse time."""
+    if not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r}")
+    return text
+
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (evaluate.py's output)")
@@ -69,11 +84,17 @@ parser.add_argument("--method", default="sweet", choices=["sweet", "mt-dpo", "rf
 parser.add_argument("--candidates", type=int, default=16, help="sweet: replies sampled per turn state (N)")
 parser.add_argument("--pairs-per-turn", type=int, default=4, help="sweet: preference pairs drawn per turn state")
 parser.add_argument("--data-fraction", type=float, default=1.0, help="use this random fraction of the trajectories")
-parser.add_argument("--max-turns", type=int, default=10, help="the rollouts' turn budget (the last turn's prompt says so)")
+parser.add_argument("--max-turns", type=int, default=10, help="the rollouts' turn budget (their prompts say so)")
+parser.add_argument("--prompt", default="default", choices=PROMPT_STYLES,
+                    help="the rollouts' prompt style (rollout.py --prompt): each turn is rendered as the agent saw it")
 parser.add_argument("--max-new-tokens", type=int, default=256, help="sweet: tokens per sampled reply at most")
 parser.add_argument("--temperature", type=float, default=1.0, help="sweet: sampling temperature of the candidates")
 parser.add_argument("--sample-batch-size", type=int, default=16, help="sweet: sequences per batched generate call")
+parser.add_argument("--sampler", type=server_url, help="sweet: OpenAI-compatible URL of a server (e.g. vLLM) serving --model, to sample "
+                    "the candidates there instead of in this process")
 parser.add_argument("--min-reward-gap", type=float, default=0.0, help="mt-dpo: paired rewards differ by at least this (0: any difference)")
+parser.add_argument("--pairing", default="all", choices=PAIRINGS,
+                    help="mt-dpo: which trajectories of a task make pairs, as critic.py --pairing")
 parser.add_argument("--beta", type=float, default=0.1, help="DPO temperature beta' (Eq. 4)")
 parser.add_argument("--nll-coef", type=float, default=0.01, help="weight lambda of the NLL term on the chosen reply (Eq. 4)")
 parser.add_argument("--lr", type=float, default=5e-6, help="AdamW learning rate (paper: 2e-7 for 8B models)")
@@ -86,12 +107,6 @@ parser.add_argument("--seed", type=int, default=0, help="seed for subsetting, sa
 
 def chunks(items, size):
     return [items[i:i + size] for i in range(0, len(items), size)]
-
-
-def turn_prompt(task, history, max_turns):
-    """What the agent saw before the turn that follows `history`: exactly rollout.py's prompt."""
-    turns_so_far = sum(turn["role"] == "assistant" for turn in history)
-    return agent_messages(task, history, last_turn=turns_so_far == max_turns - 1)
 
 
 # --- the SWEET-RL part: sample candidates, rank them with the critic, pair top half with bottom half
@@ -123,6 +138,17 @@ def sample_candidates(model, tokenizer, prompts, n, args):
     return candidates
 
 
+def sample_from_server(server, conversations, args):
+    """n sampled replies for each conversation from an OpenAI-compatible server, many requests at once."""
+    candidates = []
+    with tqdm(total=len(conversations), desc="sampling (server)", unit="state") as bar:
+        for chunk in chunks(conversations, 4 * server.concurrency):
+            candidates += [[reply.text for reply in replies] for replies in
+                           server.sample(chunk, args.candidates, args.max_new_tokens, args.temperature)]
+            bar.update(len(chunk))
+    return candidates
+
+
 def top_bottom_pairs(scores, pairs_per_turn, rng):
     """(chosen, rejected) indices: a random candidate of the top half against one of the bottom half.
 
@@ -142,12 +168,15 @@ def sweet_pairs(trajectories, args, rng, device, dtype, rank=0, world=1):
     critic_dir = args.critic or default_output(args.scored, ".critic")
     if not os.path.isdir(critic_dir):
         sys.exit(f"error: no critic at {critic_dir}: run `python critic.py {args.scored}` first, or pass --critic")
-    model, tokenizer = load_model(args.model, device=device, dtype=dtype)
-    prompts = [chat_text(tokenizer, turn_prompt(t["task"], history, args.max_turns), add_generation_prompt=True)
-               for t, _, history in states]
-    candidates = sample_candidates(model, tokenizer, prompts, args.candidates, args)
-    del model
-    gc.collect()
+    conversations = [agent_messages(t["task"], history, args.max_turns, args.prompt) for t, _, history in states]
+    if args.sampler:
+        candidates = sample_from_server(EndpointChat(args.sampler), conversations, args)
+    else:
+        model, tokenizer = load_model(args.model, device=device, dtype=dtype)
+        prompts = [chat_text(tokenizer, messages, add_generation_prompt=True) for messages in conversations]
+        candidates = sample_candidates(model, tokenizer, prompts, args.candidates, args)
+        del model
+        gc.collect()
 
     critic = load_critic(critic_dir, device=device, dtype=dtype)
     rows = []
@@ -155,7 +184,7 @@ def sweet_pairs(trajectories, args, rng, device, dtype, rank=0, world=1):
         scores = score_candidates(critic, trajectory["task"], history, replies)
         for c, r in top_bottom_pairs(scores, args.pairs_per_turn, rng):
             rows.append({"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"], "turn": turn,
-                         "prompt": turn_prompt(trajectory["task"], history, args.max_turns),
+                         "prompt": agent_messages(trajectory["task"], history, args.max_turns, args.prompt),
                          "chosen": [{"role": "assistant", "content": replies[c]}],
                          "rejected": [{"role": "assistant", "content": replies[r]}],
                          "chosen_score": scores[c], "rejected_score": scores[r]})
@@ -175,17 +204,17 @@ def dpo_nll_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_lo
 
 # --- the baselines' data: whole trajectories
 
-def trajectory_prompt_completion(trajectory, max_turns):
+def trajectory_prompt_completion(trajectory, args):
     """The agent's first prompt (system + problem), and the rest of the dialogue as the completion."""
     dialogue = plain_messages(trajectory["dialogue_history"])
-    return turn_prompt(trajectory["task"], dialogue[:1], max_turns), dialogue[1:]
+    return agent_messages(trajectory["task"], dialogue[:1], args.max_turns, args.prompt), dialogue[1:]
 
 
 def mt_dpo_pairs(trajectories, args):
     rows = []
-    for chosen, rejected in preference_pairs(trajectories, args.min_reward_gap):
-        prompt, chosen_completion = trajectory_prompt_completion(chosen, args.max_turns)
-        _, rejected_completion = trajectory_prompt_completion(rejected, args.max_turns)
+    for chosen, rejected in preference_pairs(trajectories, args.min_reward_gap, args.pairing):
+        prompt, chosen_completion = trajectory_prompt_completion(chosen, args)
+        _, rejected_completion = trajectory_prompt_completion(rejected, args)
         rows.append({"task_id": chosen["task_id"], "chosen_sample_idx": chosen["sample_idx"],
                      "rejected_sample_idx": rejected["sample_idx"], "prompt": prompt,
                      "chosen": chosen_completion, "rejected": rejected_completion,
@@ -197,8 +226,8 @@ def sft_examples(trajectories, args, successful_only):
     """The agent turns of each trajectory as a completion (rft: of the successful ones only)."""
     rows = []
     for trajectory in trajectories:
-        if not successful_only or trajectory.get("success", trajectory["reward"] >= 1.0):
-            prompt, completion = trajectory_prompt_completion(trajectory, args.max_turns)
+        if not successful_only or succeeded(trajectory):
+            prompt, completion = trajectory_prompt_completion(trajectory, args)
             rows.append({"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"],
                          "prompt": prompt, "completion": completion})
     return rows
@@ -212,11 +241,38 @@ def tokenize_completion(tokenizer, prompt, completion):
     return ids, spans[len(spans) - sum(m["role"] == "assistant" for m in completion):]
 
 
+def reply_pair_example(tokenizer, row):
+    """A training example of a preference row whose chosen and rejected sides each reply to its prompt."""
+    return {side: [tokenize_completion(tokenizer, row["prompt"], row[side])] for side in ("chosen", "rejected")}
+
+
+def agent_turn_sequences(tokenizer, trajectory, args):
+    """[(ids, spans)] that score every agent turn of a trajectory under the prompt the agent saw at that
+    turn: one sequence for each run of turns that saw the same system prompt, the turns that follow
+    it belonging to later sequences. Default style: a dialogue that reached --max-turns gives two, its
+    last turn having seen a last-turn note; otherwise one."""
+    dialogue = plain_messages(trajectory["dialogue_history"])
+    runs = []  # (the messages through the run's last turn, how many agent turns the run holds)
+    for i, turn in enumerate(dialogue):
+        if turn["role"] != "assistant":
+            continue
+        messages = agent_messages(trajectory["task"], dialogue[:i], args.max_turns, args.prompt) + [turn]
+        if runs and runs[-1][0][0] == messages[0]:
+            runs[-1] = (messages, runs[-1][1] + 1)
+        else:
+            runs.append((messages, 1))
+    sequences = []
+    for messages, turns in runs:
+        ids, spans = tokenize_turns(tokenizer, messages)
+        sequences.append((ids, spans[-turns:]))
+    return sequences
+
+
 def completion_logps(model, sequences):
-    """Summed log-probs of the completion tokens of sequences that share one prompt, and how many
-    tokens were scored and processed: [n], [n], int. One reply each for sweet, every agent turn of
-    a trajectory for mt-dpo and rft. The shared prompt is encoded once and its KV cache serves
-    every sequence; gradients flow through the cache."""
+    """Summed log-probs of the completion tokens (the spans) of sequences that begin alike, and how
+    many tokens were scored and processed: [n], [n], int. One reply each for sweet; for mt-dpo and
+    rft, the agent turns of a trajectory that saw one prompt. The tokens all sequences begin with
+    are encoded once and their KV cache serves every sequence; gradients flow through the cache."""
     completion_start = min(spans[0][0] for _, spans in sequences)
     logps, shared = shared_prefix_logps(model, [ids for ids, _ in sequences], completion_start)  # [n, longest - 1]
     in_completion = torch.zeros_like(logps)
@@ -227,6 +283,15 @@ def completion_logps(model, sequences):
     return (logps * in_completion).sum(-1), in_completion.sum(-1), tokens
 
 
+def pair_logps(model, example):
+    """Summed log-probs and token counts of a pair's chosen and rejected side, each side one or more
+    sequences (mt-dpo: one per prompt the agent saw), all in one call: [2], [2], tokens processed."""
+    sides = len(example["chosen"])
+    logps, counts, tokens = completion_logps(model, example["chosen"] + example["rejected"])
+    return (torch.stack([logps[:sides].sum(), logps[sides:].sum()]),
+            torch.stack([counts[:sides].sum(), counts[sides:].sum()]), tokens)
+
+
 @torch.no_grad()
 def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1):
     """The frozen reference policy pi_ref = the policy before training: its log-probs, computed once."""
@@ -234,7 +299,7 @@ def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1):
     mine = []
     for i in tqdm(range(rank, len(examples), world), desc="reference log-probs", unit="pair"):
         with autocast(model.device, dtype):  # torchrun: each rank takes a share, then all share all
-            logps, _, _ = completion_logps(model, [examples[i]["chosen"], examples[i]["rejected"]])
+            logps, _, _ = pair_logps(model, examples[i])
         mine.append((i, logps.tolist()))
     for i, (chosen, rejected) in distributed.gather(mine):
         examples[i]["reference_chosen_logps"], examples[i]["reference_rejected_logps"] = chosen, rejected
@@ -244,10 +309,10 @@ def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1):
 def example_loss(model, example, args):
     """The loss of one pair (rft: one trajectory), its statistics, and the tokens processed."""
     if args.method in ("rft", "sft"):
-        logps, counts, tokens = completion_logps(model, [example["completion"]])
-        nll = (-logps / counts).sum()  # the mean over the trajectory's agent tokens
+        logps, counts, tokens = completion_logps(model, example["completion"])
+        nll = -logps.sum() / counts.sum()  # the mean over the trajectory's agent tokens
         return nll, {"nll": nll.item()}, tokens
-    logps, counts, tokens = completion_logps(model, [example["chosen"], example["rejected"]])  # [2] each
+    logps, counts, tokens = pair_logps(model, example)  # [2] each
     loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
         logps[:1], logps[1:], torch.tensor([example["reference_chosen_logps"]], device=logps.device),
         torch.tensor([example["reference_rejected_logps"]], device=logps.device), -logps[:1] / counts[:1],
@@ -334,17 +399,24 @@ def main(args):
     write_jsonl(data_path if rank == 0 else os.devnull, rows)
     if not rows:
         sys.exit({"sweet": "error: no pairs: every candidate of every state scored the same",
-                  "mt-dpo": f"error: no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap}",
+                  "mt-dpo": f"error: no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap} "
+                            f"under --pairing {args.pairing}",
                   "rft": "error: no successful trajectory to fine-tune on",
                   "sft": "error: no trajectory to fine-tune on"}[args.method])
 
     model, tokenizer = load_model(args.model, trainable=True, device=device)
     model.float()  # fp32 master weights (bf16 would round lr-sized updates away); forward passes in `dtype`
+    # The baselines score whole trajectories, each agent turn under the prompt it was sampled with.
+    by_key = {(t["task_id"], t["sample_idx"]): t for t in trajectories}
     if args.method in ("rft", "sft"):
-        examples = [{"completion": tokenize_completion(tokenizer, row["prompt"], row["completion"])} for row in rows]
+        examples = [{"completion": agent_turn_sequences(tokenizer, by_key[row["task_id"], row["sample_idx"]], args)}
+                    for row in rows]
+    elif args.method == "mt-dpo":
+        examples = [{side: agent_turn_sequences(tokenizer, by_key[row["task_id"], row[f"{side}_sample_idx"]], args)
+                     for side in ("chosen", "rejected")} for row in rows]
     else:
-        examples = [{"chosen": tokenize_completion(tokenizer, row["prompt"], row["chosen"]),
-                     "rejected": tokenize_completion(tokenizer, row["prompt"], row["rejected"])} for row in rows]
+        examples = [reply_pair_example(tokenizer, row) for row in rows]
+    if args.method not in ("rft", "sft"):
         add_reference_logps(model, examples, dtype, rank, world)
     start = time.time()
     # The training order has its own seed, so every torchrun rank draws the same one.

@@ -5,7 +5,9 @@
 Each task is played `--samples` times. The agent (a local Hugging Face model, the embedded
 SmolLM2-135M-Instruct by default, or an OpenAI-compatible URL) talks with the simulated human
 (colbench/simulators.py) for at most `--max-turns` agent turns, following the protocol of
-colbench/env.py. Up to `--batch-size` dialogues are live at once and advance together: one
+colbench/env.py; `--prompt official` states the turn budget in the agent's system prompt from
+the first turn, as the official ColBench agent prompt does (in words of its own), instead of the
+default note at the last turn. Up to `--batch-size` dialogues are live at once and advance together: one
 batched `generate` per turn, finished dialogues drop out and waiting ones take their place.
 
 Each finished trajectory is one line of the output, written as soon as it ends; running the
@@ -23,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 from colbench.data import DataError, JsonlAppender, default_output, finished_keys, load_tasks
-from colbench.env import Episode
+from colbench.env import PROMPT_STYLES, Episode
 from colbench.models import DTYPES, open_chat
 from colbench.simulators import make_simulator
 
@@ -35,6 +37,9 @@ parser.add_argument("--simulator", default="embedded", help="'embedded', an Open
 parser.add_argument("--samples", type=int, default=1, help="trajectories per task (K)")
 parser.add_argument("--limit", type=int, help="use only the first N tasks")
 parser.add_argument("--max-turns", type=int, default=10, help="agent turns per dialogue at most")
+parser.add_argument("--prompt", default="default", choices=PROMPT_STYLES,
+                    help="how the agent's prompt tells it the turn budget: default (a note at its last turn) or "
+                         "official (stated up front, as the official ColBench prompt)")
 parser.add_argument("--temperature", type=float, default=1.0, help="agent sampling temperature (0 = greedy)")
 parser.add_argument("--max-new-tokens", type=int, default=256, help="tokens per agent reply at most")
 parser.add_argument("--batch-size", type=int, default=8, help="dialogues live at once (one batched generate)")
@@ -65,7 +70,7 @@ def main(args):
     with JsonlAppender(out) as writer, tqdm(total=len(waiting), desc="dialogues", unit="dlg") as bar:
         while waiting or live:
             while waiting and len(live) < args.batch_size:
-                live.append(Episode(*waiting.popleft(), max_turns=args.max_turns))
+                live.append(Episode(*waiting.popleft(), max_turns=args.max_turns, prompt_style=args.prompt))
             # One batched agent turn for every live dialogue.
             replies = agent.chat([episode.agent_view() for episode in live], args.max_new_tokens, args.temperature)
             tokens += sum(reply.tokens for reply in replies)

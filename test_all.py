@@ -30,8 +30,8 @@ from transformers import AutoTokenizer
 from colbench import frontend, stats
 from colbench.cli import fraction, non_negative_float, non_negative_int, positive_float, positive_int
 from colbench.data import DataError, derive_task_id, load_tasks, load_trajectories, task_kind
-from colbench.env import ANSWER_MARKER, Episode, html_page
-from colbench.models import EndpointChat, Reply, load_model, tokenize_turns
+from colbench.env import ANSWER_MARKER, LAST_TURN_NOTE, PROMPT_STYLES, TURN_BUDGET_NOTE, Episode, html_page
+from colbench.models import EndpointChat, Reply, chat_text, load_model, tokenize_turns
 from colbench.render import render
 from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value
 from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
@@ -41,25 +41,48 @@ from evaluate import extract_code
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# Chat templates in the styles of real model families, each with its special tokens and end-of-turn token.
+# Llama-3 trims every message; Qwen2.5 adds a default system prompt and writes no newline after the role of
+# an empty assistant message (this one also strips content); ChatML (SmolLM2) places content verbatim.
+CHAT_STYLES = {
+    "chatml": (CHAT_TEMPLATE, ["<|im_start|>", "<|im_end|>"], "<|im_end|>"),
+    "llama3": ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+               "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
+               "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}",
+               ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"], "<|eot_id|>"),
+    "qwen": ("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+             "{% endif %}{% for m in messages %}{% if m['role'] == 'assistant' %}<|im_start|>assistant"
+             "{% if m['content'] %}\n{{ m['content'].strip() }}{% endif %}<|im_end|>\n{% else %}"
+             "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}"
+             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+             ["<|im_start|>", "<|im_end|>"], "<|im_end|>"),
+}
 
 
 # ---------------------------------------------------------------- fixtures: a tiny model, tiny tasks
 
-def build_tiny_model(folder, seed=0):
-    """A random 2-layer Llama with a byte-level BPE tokenizer trained in memory, saved to `folder`."""
+def tiny_tokenizer(style="chatml"):
+    """A byte-level BPE tokenizer trained in memory, with the chat template of `style` (CHAT_STYLES)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
+    template, special_tokens, end_of_turn = CHAT_STYLES[style]
     corpus = ["def f(x):\n    return x * 2\n", "I WANT TO ANSWER: def tip(bill): return bill",
               "What is the discount? The tip is 18 percent. Round to 2 decimal places."] * 20
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     bpe.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|im_end|>",
-                                        bos_token="<|im_start|>")
-    tokenizer.chat_template = CHAT_TEMPLATE
+        vocab_size=400, special_tokens=special_tokens, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=end_of_turn, pad_token=end_of_turn,
+                                        bos_token=special_tokens[0])
+    tokenizer.chat_template = template
+    return tokenizer
+
+
+def build_tiny_model(folder, seed=0, style="chatml"):
+    """A random 2-layer Llama with a tiny_tokenizer(style), saved to `folder`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    tokenizer = tiny_tokenizer(style)
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
@@ -155,6 +178,20 @@ def test_episode_ends_on_the_marker_or_the_last_turn():
     assert last.add_agent_turn(Reply("def tip(bill): return 1", "p", 1)) and last.answer == "def tip(bill): return 1"
 
 
+def test_official_prompt_style_states_the_budget_at_every_turn_and_adds_no_last_turn_note():
+    for style in PROMPT_STYLES:
+        episode = Episode(TIP_TASK, 0, max_turns=2, prompt_style=style)
+        systems = [episode.agent_view()[0]["content"]]
+        episode.add_agent_turn(Reply("What percent?", "p", 1))
+        episode.add_human_turn("18 percent.")
+        systems.append(episode.agent_view()[0]["content"])
+        budget = TURN_BUDGET_NOTE.format(max_turns=2)
+        if style == "official":
+            assert systems[0] == systems[1] and budget in systems[0] and LAST_TURN_NOTE not in systems[1]
+        else:
+            assert systems[0] + LAST_TURN_NOTE == systems[1] and budget not in systems[1]
+
+
 def test_embedded_simulator_answers_from_facts_and_says_when_it_does_not_know():
     simulator = EmbeddedSimulator()
     ask = lambda text: simulator.reply(TIP_TASK, [{"role": "user", "content": "..."}, {"role": "assistant", "content": text}])
@@ -177,9 +214,12 @@ def test_simulator_derives_facts_from_code_when_a_task_has_none():
 
 
 class StubOpenAI(http.server.BaseHTTPRequestHandler):
-    """A local server speaking the OpenAI chat schema; it fails and hangs on purpose first."""
+    """A local server speaking the OpenAI chat schema; it fails and hangs on purpose first. It returns
+    `n` choices when it honours OpenAI's `n` (else one), and numbers its replies sampled at T > 0."""
     script = []  # what to do with the next POSTs: 'fail', 'hang', or 'ok'
     requests_seen = []
+    honours_n = True
+    samples_made = 0
 
     def log_message(self, *args):
         pass
@@ -206,16 +246,19 @@ class StubOpenAI(http.server.BaseHTTPRequestHandler):
         last = body["messages"][-1]["content"]
         reply = ("I WANT TO ANSWER: def tip(bill):\n    return round(bill * 0.18, 2)" if "tip calculator" in last
                  else "The tip is 18 percent. " + "x" * 600)
-        self.send_json(200, {"id": "1", "object": "chat.completion", "model": body["model"],
-                             "choices": [{"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": reply}}]})
+        choices = []
+        for index in range(body.get("n", 1) if StubOpenAI.honours_n else 1):
+            StubOpenAI.samples_made += body["temperature"] > 0
+            text = reply + f"  # sample {StubOpenAI.samples_made}" * (body["temperature"] > 0)
+            choices.append({"index": index, "finish_reason": "stop", "message": {"role": "assistant", "content": text}})
+        self.send_json(200, {"id": "1", "object": "chat.completion", "model": body["model"], "choices": choices})
 
 
 @pytest.fixture()
 def stub_server():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StubOpenAI)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    StubOpenAI.script, StubOpenAI.requests_seen = [], []
+    StubOpenAI.script, StubOpenAI.requests_seen, StubOpenAI.honours_n, StubOpenAI.samples_made = [], [], True, 0
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
 
@@ -237,6 +280,19 @@ def test_endpoint_gives_up_after_bounded_retries(stub_server):
     chat = EndpointChat(stub_server, model="m", retries=2)
     with pytest.raises(RuntimeError, match="gave up after 3 attempts"):
         chat.complete([{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.parametrize("honours_n", [True, False])
+def test_endpoint_samples_n_replies_per_request_or_one_request_each(stub_server, honours_n):
+    StubOpenAI.honours_n, StubOpenAI.script = honours_n, ["fail"]  # the same retries as every request
+    conversations = [[{"role": "user", "content": f"question {k}"}] for k in range(2)]
+    samples = EndpointChat(stub_server, model="m").sample(conversations, 3, max_new_tokens=5, temperature=1.0)
+    assert [len(replies) for replies in samples] == [3, 3]
+    assert len({reply.text for replies in samples for reply in replies}) == 6
+    asked = StubOpenAI.requests_seen
+    assert len(asked) == 1 + (2 if honours_n else 6)
+    assert sorted(body.get("n", 1) for body in asked) == ([3, 3, 3] if honours_n else [1] * 4 + [3] * 3)
+    assert all(body["max_tokens"] == 5 and body["temperature"] == 1.0 for body in asked)
 
 
 # ---------------------------------------------------------------- rollout.py, end to end
@@ -310,6 +366,38 @@ def test_turn_spans_select_exactly_the_assistant_tokens(tiny_model):
     assert [tokenizer.decode(ids[a:b]) for a, b in spans] == ["What percent? 18%<|im_end|>", " def f(x):\n  return 1<|im_end|>"]
     outside = [k for k in range(len(ids)) if not any(a <= k < b for a, b in spans)]
     assert "percent" not in tokenizer.decode([ids[k] for k in outside])
+
+
+def official_scored(n_tasks):
+    """Scored trajectories in the official offline schema (no task_id, no sample_idx), replies as raw vLLM
+    output with the whitespace around them, as in colbench_code_offline_15k_llama8b.jsonl."""
+    records = []
+    for n in range(n_tasks):
+        task = {k: v for k, v in TIP_TASK.items() if k != "task_id"}
+        task["problem_description"] = f"Task {n}: " + task["problem_description"]
+        for factor, reward in (("0.18", 1.0), ("0.2", 0.3), ("1", 0.0)):
+            answer = f"def tip(bill):\n    return round(bill * {factor}, 2)"
+            question, reply = "  What percent should the tip be?\n", f"  I WANT TO ANSWER: {answer}\n\n"
+            records.append({"task": task, "answer": answer, "reward": reward, "dialogue_history": [
+                {"role": "user", "content": task["problem_description"]},
+                {"role": "assistant", "content": question, "input": "<prompt>", "output": question},
+                {"role": "user", "content": "The tip is 18 percent."},
+                {"role": "assistant", "content": reply, "input": "<prompt>", "output": reply}]})
+    return records
+
+
+@pytest.mark.parametrize("style", CHAT_STYLES)
+def test_turn_spans_are_each_reply_as_the_template_renders_it_and_its_end_of_turn_token(style):
+    tokenizer, end_of_turn = tiny_tokenizer(style), CHAT_STYLES[style][2]
+    messages = [{"role": m["role"], "content": m["content"]} for m in official_scored(1)[0]["dialogue_history"]]
+    messages += [{"role": "user", "content": "Anything else?"}, {"role": "assistant", "content": ""}]
+    ids, spans = tokenize_turns(tokenizer, messages)
+    assert tokenizer.decode(ids, clean_up_tokenization_spaces=False) == chat_text(tokenizer, messages)
+    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert len(spans) == len(replies) == 3
+    for (start, end), reply in zip(spans, replies):
+        rendered = reply if style == "chatml" else reply.strip()  # the Llama-3 and Qwen-style templates strip
+        assert ids[start:end] == tokenizer(rendered + end_of_turn, add_special_tokens=False)["input_ids"]
 
 
 # ================================================================ Tests of the shipped backend task set (colbench/data/backend_{train,test}.jsonl).
@@ -734,6 +822,33 @@ def test_eval_keep_rewards_and_best_of_k(tmp_path):
     assert summary["scored"] == 3 and summary["trajectories_per_s"] > 0
 
 
+def test_eval_official_scoring_first_block_function_scope_and_banned_substrings(tmp_path):
+    floor_reference = "import math\n\n\ndef f(x):\n    return math.floor(x) * 2\n"
+    answers = {  # name: (answer, reward by default, reward under --official-scoring)
+        "plain": ("I WANT TO ANSWER:\n```python\n" + CODE + "```", 1.0, 1.0),
+        "import_inside": ("def f(x):\n    import math\n    return math.floor(x) * 2\n", 1.0, 1.0),
+        "example_first": ("I WANT TO ANSWER:\n```python\nf(2)  # gives 4\n```\nThe code:\n```python\n" + CODE + "```",
+                          1.0, 0.0),
+        "module_import": ("import math\n\n\ndef f(x):\n    return math.floor(x) * 2\n", 1.0, 0.0),
+        "module_helper": ("def twice(x):\n    return 2 * x\n\n\ndef f(x):\n    return twice(x)\n", 1.0, 0.0),
+        "banned_word": ("A rewrite of it:\n```python\n" + CODE + "```", 1.0, 0.0),
+    }
+    records = [trajectory(answer, sample_idx=k) for k, (answer, _, _) in enumerate(answers.values())]
+    records.append(trajectory(CODE, task_id="floor", reference=floor_reference, sample_idx=0))
+    path = write_jsonl(tmp_path / "answers.jsonl", records)
+    process, default, _ = evaluate(path)
+    assert process.returncode == 0, process.stderr[-2000:]
+    process, official, summary = evaluate(path, "--official-scoring")
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert [r["reward"] for r in default] == [expected for _, expected, _ in answers.values()] + [1.0]
+    assert [r["reward"] for r in official] == [expected for _, _, expected in answers.values()] + [0.0]
+    by_name = dict(zip(list(answers) + ["floor"], official))
+    assert by_name["banned_word"]["failure"] == "banned substring" and "'write'" in by_name["banned_word"]["failure_detail"]
+    assert by_name["module_import"]["failure"] == "exception" and "NameError" in by_name["module_import"]["failure_detail"]
+    assert by_name["floor"]["failure"] == "broken test"  # the reference itself imports at module level
+    assert summary["args"]["official_scoring"] is True
+
+
 # --- bad input ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("content, expected", [
     ('{"task": {}}\n', ":1: field 'task': missing field 'problem_description'"),
@@ -1078,6 +1193,22 @@ def test_critic_pairs_need_the_same_task_and_a_large_enough_reward_gap():
     assert names(critic.preference_pairs(trajectories, 0.5)) == [("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 3)]
 
 
+def test_critic_official_pairing_best_against_each_worse_of_solved_tasks_and_a_frontend_gap_of_0_1():
+    failed, page = dict(TIP_TASK, task_id="failed"), {"task_id": "page", "problem_description": "A bakery page.",
+                                                      "ground_truth": "<html><body><h1>Bread</h1></body></html>"}
+    trajectories = ([scored(TIP_TASK, k, ["a"], reward) for k, reward in enumerate([0.5, 1.0, 0.2, 1.0, 0.5])]
+                    + [scored(failed, k, ["b"], reward) for k, reward in enumerate([0.2, 0.9])]
+                    + [scored(page, k, ["c"], reward) for k, reward in enumerate([0.70, 0.75, 0.95, 0.5])])
+    names = lambda pairs: [(c["task_id"], c["sample_idx"], r["sample_idx"]) for c, r in pairs]
+    # the best solved trajectory (the first of the two at 1.0) against each worse one; nothing from `failed`
+    assert names(critic.preference_pairs(trajectories, 0.0, "official")) == [
+        ("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 4),
+        ("page", 2, 0), ("page", 0, 3), ("page", 2, 1), ("page", 1, 3), ("page", 2, 3)]  # not 0.70 vs 0.75
+    assert len(critic.preference_pairs(trajectories, 0.0, "all")) == 8 + 1 + 6
+    assert names(critic.preference_pairs(trajectories, 0.4, "official")) == [
+        ("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 4), ("page", 2, 3)]
+
+
 def test_critic_max_length_drops_the_oldest_turns_first_and_says_so(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     trajectory = scored(TIP_TASK, 0, ["first question?", "second question?", "I WANT TO ANSWER: def tip(bill): return 1"], 0.0)
@@ -1150,6 +1281,16 @@ def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model)
     assert "warning:" in ablation.stdout and "--max-length 60" in ablation.stdout
     loaded = critic.load_critic(str(tmp_path / "ablation"))
     assert not loaded.use_reference and not loaded.normalize
+
+
+@pytest.mark.parametrize("style", CHAT_STYLES)
+def test_critic_trains_on_untrimmed_official_replies_under_each_chat_template(tmp_path, style):
+    model = build_tiny_model(str(tmp_path / "model"), style=style)
+    data = write_jsonl(tmp_path / "official.scored.jsonl", official_scored(2))
+    out = tmp_path / "critic"
+    result = run_script("critic.py", data, "--model", model, "--out", str(out), "--epochs", "1", "--eval-fraction", "0.5")
+    assert "used: 2 tasks, 6 trajectories, 6 pairs" in result.stdout and "done: 1 steps" in result.stdout
+    assert sorted(a["turn"] for a in read_jsonl(out / "advantages.jsonl")) == [0, 0, 0, 1, 1, 1]
 
 
 def test_critic_without_pairs_or_rewards_exits_with_a_clear_message(tmp_path, tiny_model):
@@ -1403,12 +1544,12 @@ def test_policy_pairs_cross_the_median_and_chosen_scores_higher():
 
 
 def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model, tmp_path):
-    from policy import add_reference_logps, tokenize_completion, train
+    from policy import add_reference_logps, reply_pair_example, train
     from colbench.models import load_model
     model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
     prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "I want a tip calculator."}]
-    examples = [{"chosen": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": chosen}]),
-                 "rejected": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": rejected}])}
+    examples = [reply_pair_example(tokenizer, {"prompt": prompt, "chosen": [{"role": "assistant", "content": chosen}],
+                                               "rejected": [{"role": "assistant", "content": rejected}]})
                 for chosen, rejected in [("What percent is the tip?", "def tip(bill): return bill"),
                                          ("Round to 2 decimal places?", "I WANT TO ANSWER: def f(x): return 1")]]
     add_reference_logps(model, examples)
@@ -1468,10 +1609,45 @@ def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(
     rollout_runs(out, tmp_path)
 
 
+@pytest.mark.parametrize("style", PROMPT_STYLES)
+def test_policy_scores_each_rollout_turn_under_the_prompt_the_agent_saw(tmp_path, tiny_model, style):
+    from policy import agent_turn_sequences, parser
+    out = tmp_path / "traj.jsonl"
+    run_script("rollout.py", write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK]), "--agent", tiny_model, "--samples", "2",
+               "--max-turns", "2", "--max-new-tokens", "4", "--prompt", style, "--out", str(out))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    args = parser.parse_args(["x.jsonl", "--method", "rft", "--max-turns", "2", "--prompt", style])
+    trajectories = load_trajectories(str(out))
+    assert any(sum(t["role"] == "assistant" for t in r["dialogue_history"]) == 2 for r in trajectories)
+    for trajectory in trajectories:
+        prompts = [turn["input"] for turn in trajectory["dialogue_history"] if turn["role"] == "assistant"]
+        assert [LAST_TURN_NOTE in p for p in prompts] == [style == "default" and k == 1 for k in range(len(prompts))]
+        sequences = agent_turn_sequences(tokenizer, trajectory, args)
+        assert len(sequences) == (2 if style == "default" and len(prompts) == 2 else 1)
+        # the text before each scored turn is the prompt rollout.py recorded for it
+        assert [tokenizer.decode(ids[:start], clean_up_tokenization_spaces=False)
+                for ids, spans in sequences for start, _ in spans] == prompts
+
+
+def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_file, critic_dir, tiny_model, stub_server):
+    StubOpenAI.honours_n = False  # the harder path: every state costs one request per candidate
+    out = str(tmp_path / "policy")
+    result = run_script("policy.py", scored_file, "--critic", critic_dir, "--model", tiny_model, "--sampler", stub_server,
+                        "--candidates", "3", "--pairs-per-turn", "2", "--max-new-tokens", "8", "--out", out)
+    assert "from 6 turn states" in result.stdout and "done:" in result.stdout
+    asked = StubOpenAI.requests_seen
+    assert len(asked) == 6 * 3 and sum(body.get("n") == 3 for body in asked) == 6
+    assert all(body["messages"][0]["role"] == "system" and body["messages"][-1]["role"] == "user" for body in asked)
+    pairs = read_jsonl(f"{out}/pairs.jsonl")
+    assert pairs and all("# sample" in pair["chosen"][0]["content"] and "# sample" in pair["rejected"][0]["content"]
+                         for pair in pairs)
+
+
 @pytest.mark.parametrize("method, data_file", [("mt-dpo", "pairs.jsonl"), ("rft", "sft.jsonl")])
 def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, data_file):
     out = str(tmp_path / method)
-    result = run_script("policy.py", scored_file, "--method", method, "--model", tiny_model, "--out", out)
+    result = run_script("policy.py", scored_file, "--method", method, "--model", tiny_model, "--out", out,
+                        "--max-turns", "2")  # each last turn saw a last-turn note: scored in a pass of its own
     assert "done:" in result.stdout
     rows = read_jsonl(f"{out}/{data_file}")
     if method == "mt-dpo":  # rewards 1.0, 0.3, 0.0: three pairs, each whole dialogue after the problem
@@ -1481,6 +1657,14 @@ def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, 
         assert len(rows) == 1 and rows[0]["sample_idx"] == 0 and rows[0]["completion"][-1]["role"] == "assistant"
     assert "nll" in read_jsonl(f"{out}/log.jsonl")[0] if method == "rft" else "margin" in read_jsonl(f"{out}/log.jsonl")[0]
     rollout_runs(out, tmp_path)
+
+
+def test_policy_mt_dpo_pairs_by_the_pairing_rule_asked_for():
+    from policy import mt_dpo_pairs, parser
+    trajectories = [dict(t) for t in SCORED]  # rewards 1.0, 0.3, 0.0
+    for pairing, expected in (("all", [(0, 1), (0, 2), (1, 2)]), ("official", [(0, 1), (0, 2)])):
+        rows = mt_dpo_pairs(trajectories, parser.parse_args(["x.jsonl", "--method", "mt-dpo", "--pairing", pairing]))
+        assert [(row["chosen_sample_idx"], row["rejected_sample_idx"]) for row in rows] == expected
 
 
 def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model):

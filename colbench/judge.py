@@ -22,10 +22,10 @@ import sys
 import torch
 
 from colbench.data import load_trajectories, write_jsonl
-from colbench.env import ANSWER_MARKER, extract_answer
+from colbench.env import ANSWER_MARKER, agent_messages, extract_answer
 from colbench.models import DTYPES, chat_text, compute_dtype, default_device, describe_dtype, load_model
 from critic import load_critic, ranking_quality, score_candidates
-from policy import sample_candidates, turn_prompt, turn_states
+from policy import sample_candidates, turn_states
 
 
 def main():
@@ -56,7 +56,7 @@ def main():
     states = [s for s in turn_states(load_trajectories(args.scored)) if s[0]["task_id"] in held_out]
     states = rng.sample(states, min(args.max_states, len(states)))
     model, tokenizer = load_model(args.model, device=device, dtype=dtype)
-    prompts = [chat_text(tokenizer, turn_prompt(t["task"], history, args.max_turns), add_generation_prompt=True)
+    prompts = [chat_text(tokenizer, agent_messages(t["task"], history, args.max_turns), add_generation_prompt=True)
                for t, _, history in states]
     sampled = sample_candidates(model, tokenizer, prompts, args.candidates, args)
     del model

@@ -123,26 +123,35 @@ def chat_text(tokenizer, messages, add_generation_prompt=False):
 def tokenize_turns(tokenizer, messages):
     """Token ids of a whole conversation, and the [start, end) token span of each assistant message.
 
-    A span covers the message's content and the end-of-turn token after it, found from character
-    offsets in the chat template's text (never from pad ids): the tokens the agent produced."""
+    A span is the text the chat template adds for the message after the generation prompt: its
+    content as the template renders it (Llama-3 templates trim it, others keep it as is) and the
+    end-of-turn token, without the whitespace that follows. It is found by rendering the
+    conversation up to the message with and without it, never by searching for the content or by
+    pad ids. The text is tokenized in pieces cut at the span edges, as the agent saw it: the prompt
+    tokenized alone, its reply after it."""
     text = chat_text(tokenizer, messages)
-    encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    offsets = encoding["offset_mapping"]
-    spans = []
+    edges = []
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        start = len(chat_text(tokenizer, messages[:i], add_generation_prompt=True))
-        end = start + len(message["content"])
-        if text[start:end] != message["content"]:
-            raise ValueError("the chat template does not place assistant messages verbatim after the generation prompt")
-        inside = [k for k, (a, b) in enumerate(offsets) if a < end and b > start]
-        first = inside[0] if inside else next(k for k, (a, _) in enumerate(offsets) if a >= start)
-        last = inside[-1] + 1 if inside else first
-        if last < len(offsets) and encoding["input_ids"][last] == tokenizer.eos_token_id:
-            last += 1  # the end-of-turn token is part of the action: it is how the agent stops
-        spans.append((first, last))
-    return encoding["input_ids"], spans
+        prompt = chat_text(tokenizer, messages[:i], add_generation_prompt=True)
+        through = chat_text(tokenizer, messages[:i + 1])
+        if not text.startswith(through):
+            raise ValueError("the chat template renders an earlier assistant message differently once later "
+                             "turns follow (e.g. it drops reasoning): its tokens cannot be located")
+        # Where the two renderings part: the end of the generation prompt, or earlier when a template
+        # writes it differently before an empty message (Qwen2.5: no newline after the role then).
+        start = len(os.path.commonprefix([prompt, through]))
+        edges.append((start, max(start, len(through.rstrip()))))
+    ids, spans, done = [], [], 0
+    for start, end in edges:
+        ids += tokenizer(text[done:start], add_special_tokens=False)["input_ids"]
+        first = len(ids)
+        ids += tokenizer(text[start:end], add_special_tokens=False)["input_ids"]
+        spans.append((first, len(ids)))
+        done = end
+    ids += tokenizer(text[done:], add_special_tokens=False)["input_ids"]
+    return ids, spans
 
 
 def token_logps(model, input_ids, attention_mask, past_key_values=None):
@@ -253,15 +262,34 @@ class EndpointChat:
                 raise RuntimeError(f"{self.base}{path}: gave up after {self.retries + 1} attempts ({problem})")
             time.sleep(min(30.0, 0.5 * 2 ** attempt))
 
-    def complete(self, messages, max_new_tokens=256, temperature=1.0):
+    def complete(self, messages, max_new_tokens=256, temperature=1.0, n=1):
+        """The replies of one request: n choices asked for (OpenAI's `n`); a server may return fewer."""
         body = {"model": self.name, "messages": messages, "max_tokens": max_new_tokens, "temperature": temperature}
-        text = self._request("POST", "/chat/completions", body)["choices"][0]["message"]["content"] or ""
-        return Reply(text.strip(), json.dumps(messages, ensure_ascii=False), self.count_tokens(text))
+        if n > 1:
+            body["n"] = n
+        choices = self._request("POST", "/chat/completions", body)["choices"]
+        if not choices:
+            raise RuntimeError(f"{self.base}/chat/completions: a reply without choices")
+        prompt = json.dumps(messages, ensure_ascii=False)
+        texts = [choice["message"]["content"] or "" for choice in choices[:n]]
+        return [Reply(text.strip(), prompt, self.count_tokens(text)) for text in texts]
 
     def chat(self, conversations, max_new_tokens=256, temperature=1.0):
         with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
-            return list(pool.map(lambda messages: self.complete(plain_messages(messages), max_new_tokens, temperature),
+            return list(pool.map(lambda messages: self.complete(plain_messages(messages), max_new_tokens, temperature)[0],
                                  conversations))
+
+    def sample(self, conversations, n, max_new_tokens=256, temperature=1.0):
+        """n replies to each conversation, the conversations concurrently: one request asks for all n;
+        when the server returns fewer (it ignores `n`), the rest come one request each."""
+        def replies(messages):
+            got = self.complete(messages, max_new_tokens, temperature, n)
+            while len(got) < n:
+                got += self.complete(messages, max_new_tokens, temperature)
+            return got
+
+        with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
+            return list(pool.map(lambda messages: replies(plain_messages(messages)), conversations))
 
     def count_tokens(self, text):
         """Server-side tokens are counted with tiktoken's cl100k_base (offline copy when available)."""
