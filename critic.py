@@ -273,9 +273,9 @@ def main(args):
     model.eval()
     with torch.no_grad(), autocast(device, dtype):
         mine = sorted(encoded)[rank::world]  # torchrun: each rank takes a share, then all share all
-        reference_logps = dict(distributed.gather(
+        reference_logps = {name: logps.to(device) for name, logps in distributed.gather(  # gathered on the CPU
             (name, sequence_logps(model, [encoded[name]["ids"]])[0])
-            for name in tqdm(mine, desc="π_ref log-probs", unit="traj")))
+            for name in tqdm(mine, desc="π_ref log-probs", unit="traj"))}
 
     def evaluate():
         """Held-out pair accuracy (ties count half), mean margin, loss; per-turn advantages per trajectory."""

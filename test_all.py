@@ -1308,6 +1308,39 @@ def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scor
     assert {"config.json", "pairs.jsonl", "log.jsonl", "args.json"} <= set(os.listdir(tmp_path / "sweet"))
 
 
+# ================================================================ colbench/distributed.py: torchrun helpers
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_distributed_gather_returns_tensors_on_the_cpu_inside_tuples_lists_and_dicts(device):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no GPU here")
+    from colbench import distributed
+    values = torch.arange(3.0, device=device)
+    (name, first), second = distributed.gather([("a", values), {"b": [values * 2, 1]}])
+    assert name == "a" and first.device.type == "cpu" and first.tolist() == [0.0, 1.0, 2.0]
+    assert second["b"][0].device.type == "cpu" and second["b"][0].tolist() == [0.0, 2.0, 4.0] and second["b"][1] == 1
+
+
+GATHER_SCRIPT = """
+import torch
+from colbench import distributed
+rank, world = distributed.init()
+device = f"cuda:{rank}" if torch.cuda.device_count() >= world else "cpu"  # each rank's own GPU where there are enough
+gathered = distributed.gather([(rank, torch.full((2,), float(rank), device=device))])
+assert [r for r, _ in gathered] == list(range(world)), gathered
+assert all(t.device.type == "cpu" and t.tolist() == [r, r] for r, t in gathered), gathered
+print(f"gathered {world} ranks from {device}")
+"""
+
+
+def test_distributed_gather_under_torchrun_returns_every_rank_in_order_on_the_cpu(tmp_path):
+    script = tmp_path / "gather.py"
+    script.write_text(GATHER_SCRIPT)
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+                        env=dict(os.environ, PYTHONPATH=ROOT))
+    assert "gathered 2 ranks from" in result.stdout
+
+
 # ================================================================ colbench/report.py: the HTML page of a run
 
 def test_report_shades_turns_by_advantage_and_plots_the_logs(tmp_path):

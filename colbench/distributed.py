@@ -2,7 +2,8 @@
 
     torchrun --nproc_per_node=N critic.py SCORED.jsonl      # N processes: gloo on CPU, nccl on CUDA
 
-A plain `python critic.py ...` is rank 0 of 1, and everything here is then a no-op.
+A plain `python critic.py ...` is rank 0 of 1: nothing here then communicates (gather still moves
+tensors to the CPU).
 """
 import contextlib
 import os
@@ -27,12 +28,26 @@ def init():
     return rank, world
 
 
+def to_cpu(value):
+    """Tensors, also inside tuples, lists and dicts, moved to the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_cpu(item) for item in value)
+    if isinstance(value, dict):
+        return {name: to_cpu(item) for name, item in value.items()}
+    return value
+
+
 def gather(items):
-    """This rank's list -> the lists of all ranks concatenated in rank order (the same on every rank)."""
+    """This rank's list -> the lists of all ranks concatenated in rank order (the same on every rank).
+    Tensors come back on the CPU, with one process too: all_gather_object would hand each rank the
+    other ranks' tensors on the GPUs that made them. Callers move them to their device at use."""
+    items = [to_cpu(item) for item in items]
     if not dist.is_initialized():
-        return list(items)
+        return items
     parts = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, list(items))
+    dist.all_gather_object(parts, items)
     return [item for part in parts for item in part]
 
 
