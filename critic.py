@@ -70,6 +70,8 @@ parser.add_argument("--no-reference", action="store_true",
 parser.add_argument("--no-normalize", action="store_true",
                     help="sum over a turn's tokens instead of averaging (ablation: w/o normalization)")
 parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass to save memory")
+parser.add_argument("--fsdp", action="store_true",
+                    help="under torchrun: shard the weights, gradients and AdamW states across the ranks (FSDP2) instead of DDP replicas")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="forward passes; auto: bf16 autocast where the hardware computes bf16 natively, else fp32")
 parser.add_argument("--seed", type=int, default=0, help="seed for the split, the pair order and the model")
@@ -255,6 +257,9 @@ def main(args):
     model.float()  # fp32 master weights; the forward passes run in `dtype`
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    # torchrun: DDP replicas, or with --fsdp `model` itself sharded. Wrapped before π_ref is computed, so
+    # that π_ref's forward passes are training's (FSDP: bf16 weights where `dtype` is bf16).
+    trained = distributed.wrap(model, args.fsdp, dtype)
     use_reference, normalize = not args.no_reference, not args.no_normalize
 
     # Tokenize each trajectory once; spans locate its agent turns.
@@ -272,10 +277,10 @@ def main(args):
     # π_ref = the initial critic: its log-probs, one forward pass per trajectory, computed once.
     model.eval()
     with torch.no_grad(), autocast(device, dtype):
-        mine = sorted(encoded)[rank::world]  # torchrun: each rank takes a share, then all share all
-        reference_logps = {name: logps.to(device) for name, logps in distributed.gather(  # gathered on the CPU
-            (name, sequence_logps(model, [encoded[name]["ids"]])[0])
-            for name in tqdm(mine, desc="π_ref log-probs", unit="traj"))}
+        mine = distributed.shard(sorted(encoded), rank, world)  # torchrun: a share each, padded: FSDP needs all ranks in each forward
+        reference_logps = {name: logps.to(device) for name, logps, weight in distributed.gather(  # gathered on the CPU
+            (name, sequence_logps(model, [encoded[name]["ids"]])[0], weight)
+            for name, weight in tqdm(mine, desc="π_ref log-probs", unit="traj")) if weight}
 
     def evaluate():
         """Held-out pair accuracy (ties count half), mean margin, loss; per-turn advantages per trajectory."""
@@ -283,9 +288,10 @@ def main(args):
             return {}, {}
         model.eval()
         with torch.no_grad(), autocast(device, dtype):
-            advantages = dict(distributed.gather(  # torchrun: each rank scores a share
+            advantages = {name: advantage for name, advantage, weight in distributed.gather(  # torchrun: a padded share each
                 (key(t), turn_advantages(sequence_logps(model, [encoded[key(t)]["ids"]])[0], reference_logps[key(t)],
-                                         encoded[key(t)]["spans"], normalize)) for t in eval_trajectories[rank::world]))
+                                         encoded[key(t)]["spans"], normalize), weight)
+                for t, weight in distributed.shard(eval_trajectories, rank, world)) if weight}
         chosen = torch.stack([advantages[key(c)].sum() for c, _ in eval_pairs])
         rejected = torch.stack([advantages[key(r)].sum() for _, r in eval_pairs])
         margin = chosen - rejected
@@ -297,8 +303,7 @@ def main(args):
         print(f"held-out before training: pair accuracy {before['pair_accuracy']:.3f} (every advantage is 0 when θ = ref)")
 
     os.makedirs(out, exist_ok=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    trained = distributed.wrap(model)  # torchrun: DistributedDataParallel averages gradients across ranks
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)  # after wrap: FSDP's parameters are shards
     steps_per_epoch = (len(train_pairs) + args.batch_size - 1) // args.batch_size
     step = 0
     with open(os.path.join(out, "log.jsonl") if rank == 0 else os.devnull, "w") as log:
@@ -317,7 +322,7 @@ def main(args):
                             with autocast(device, dtype):
                                 critic_logps = sequence_logps(trained, [encoded[key(t)]["ids"]])[0]
                             scores.append(turn_advantages(critic_logps, reference_logps[key(t)], encoded[key(t)]["spans"], normalize).sum())
-                        # The mean over the global batch; DDP's average over ranks divides by `world` again.
+                        # The mean over the global batch; the average over ranks (DDP, FSDP) divides by `world` again.
                         (bradley_terry_loss(scores[0][None], scores[1][None], args.beta) * weight * world / len(batch)).backward()
                     if weight:
                         scored.append((scores[0].item(), scores[1].item(),
@@ -342,10 +347,11 @@ def main(args):
                       f"{record['tokens_per_s']:.0f} tok/s", flush=True)
 
     after, advantages = evaluate()
+    weights = distributed.full_state_dict(model)  # torchrun --fsdp: every rank sends its shards, rank 0 gets the whole model
     if rank > 0:
         return  # torchrun: rank 0 alone writes the outputs
     model.eval()
-    model.save_pretrained(out)
+    model.save_pretrained(out, state_dict=weights)
     tokenizer.save_pretrained(out)
     with open(os.path.join(out, "args.json"), "w") as f:
         base_path = os.path.abspath(base_model) if os.path.isdir(base_model) else base_model  # a folder, or a hub id

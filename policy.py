@@ -9,7 +9,8 @@ solution c), pair a random candidate of the top half (chosen) with one of the bo
 (rejected), --pairs-per-turn per state, and train the policy with DPO plus an NLL term on the
 chosen reply (Eq. 4). Sampling, ranking and training are three phases, each with its own models:
 the critic and its reference are freed before training, so peak memory is that of the larger phase.
-In training, a pair's prompt is encoded once and both replies continue from its KV cache.
+In training, a pair's prompt is encoded once and both replies continue from its KV cache (not with
+--fsdp or --gradient-checkpointing: `shares_prompt` says why).
 --method mt-dpo (Multi-Turn DPO baseline): whole trajectories of one task paired by reward with
 critic.py's pairing rule, log-probs summed over all agent turns, the same loss.
 --method rft (Rejection Fine-Tuning baseline): supervised fine-tuning on the agent turns of the
@@ -49,6 +50,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from colbench import distributed
@@ -56,7 +58,7 @@ from colbench.data import DataError, default_output, load_trajectories, write_js
 from colbench.env import agent_messages
 from colbench.models import (DTYPES, autocast, chat_text, compute_dtype, default_device, describe_dtype, generate,
                              load_model, plain_messages, shared_prefix_logps, tokenize_turns)
-from critic import load_critic, preference_pairs, score_candidates
+from critic import load_critic, preference_pairs, score_candidates, sequence_logps
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (evaluate.py's output)")
@@ -77,6 +79,9 @@ parser.add_argument("--nll-coef", type=float, default=0.01, help="weight lambda 
 parser.add_argument("--lr", type=float, default=5e-6, help="AdamW learning rate (paper: 2e-7 for 8B models)")
 parser.add_argument("--epochs", type=int, default=1, help="passes over the pairs (rft: the examples)")
 parser.add_argument("--batch-size", type=int, default=8, help="pairs (rft: trajectories) per optimizer step, one per forward pass")
+parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass to save memory")
+parser.add_argument("--fsdp", action="store_true",
+                    help="under torchrun: shard the weights, gradients and AdamW states across the ranks (FSDP2) instead of DDP replicas")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="sampling, ranking and training forward passes; auto: bf16 where the hardware computes it natively")
 parser.add_argument("--seed", type=int, default=0, help="seed for subsetting, sampling, pairing and shuffling")
@@ -209,13 +214,23 @@ def tokenize_completion(tokenizer, prompt, completion):
     return ids, spans[len(spans) - sum(m["role"] == "assistant" for m in completion):]
 
 
-def completion_logps(model, sequences):
+def shares_prompt(args):
+    """Whether the sequences of a pair continue one KV cache of their prompt. Not under FSDP or activation
+    checkpointing: neither can backpropagate into a cache that an earlier forward pass made (FSDP frees
+    each layer's gathered weights after its forward; checkpointing recomputes layers without the cache)."""
+    return not (args.fsdp or args.gradient_checkpointing)
+
+
+def completion_logps(model, sequences, share_prompt=True):
     """Summed log-probs of the completion tokens of sequences that share one prompt, and how many
     tokens were scored and processed: [n], [n], int. One reply each for sweet, every agent turn of
-    a trajectory for mt-dpo and rft. The shared prompt is encoded once and its KV cache serves
-    every sequence; gradients flow through the cache."""
-    completion_start = min(spans[0][0] for _, spans in sequences)
-    logps, shared = shared_prefix_logps(model, [ids for ids, _ in sequences], completion_start)  # [n, longest - 1]
+    a trajectory for mt-dpo and rft. With `share_prompt` the prompt is encoded once and its KV cache
+    serves every sequence (gradients flow through the cache); else each sequence is encoded whole."""
+    if share_prompt:
+        completion_start = min(spans[0][0] for _, spans in sequences)
+        logps, shared = shared_prefix_logps(model, [ids for ids, _ in sequences], completion_start)  # [n, longest - 1]
+    else:  # one padded batch: column j holds token 1 + j, as after a shared prefix of one token
+        logps, shared = pad_sequence(sequence_logps(model, [ids for ids, _ in sequences]), batch_first=True), 1
     in_completion = torch.zeros_like(logps)
     for row, (_, spans) in enumerate(sequences):
         for start, end in spans:  # column j holds token shared + j
@@ -225,14 +240,17 @@ def completion_logps(model, sequences):
 
 
 @torch.no_grad()
-def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1):
-    """The frozen reference policy pi_ref = the policy before training: its log-probs, computed once."""
+def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1, share_prompt=True):
+    """The frozen reference policy pi_ref = the policy before training: its log-probs, computed once,
+    the way training computes the policy's (`share_prompt`, see shares_prompt)."""
     model.eval()
     mine = []
-    for i in tqdm(range(rank, len(examples), world), desc="reference log-probs", unit="pair"):
-        with autocast(model.device, dtype):  # torchrun: each rank takes a share, then all share all
-            logps, _, _ = completion_logps(model, [examples[i]["chosen"], examples[i]["rejected"]])
-        mine.append((i, logps.tolist()))
+    # torchrun: each rank takes a share, then all share all; padded (weight 0): FSDP needs all ranks in each forward
+    for i, weight in tqdm(distributed.shard(range(len(examples)), rank, world), desc="reference log-probs", unit="pair"):
+        with autocast(model.device, dtype):
+            logps, _, _ = completion_logps(model, [examples[i]["chosen"], examples[i]["rejected"]], share_prompt)
+        if weight:
+            mine.append((i, logps.tolist()))
     for i, (chosen, rejected) in distributed.gather(mine):
         examples[i]["reference_chosen_logps"], examples[i]["reference_rejected_logps"] = chosen, rejected
     model.train()
@@ -241,10 +259,10 @@ def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1):
 def example_loss(model, example, args):
     """The loss of one pair (rft: one trajectory), its statistics, and the tokens processed."""
     if args.method == "rft":
-        logps, counts, tokens = completion_logps(model, [example["completion"]])
+        logps, counts, tokens = completion_logps(model, [example["completion"]], shares_prompt(args))
         nll = (-logps / counts).sum()  # the mean over the trajectory's agent tokens
         return nll, {"nll": nll.item()}, tokens
-    logps, counts, tokens = completion_logps(model, [example["chosen"], example["rejected"]])  # [2] each
+    logps, counts, tokens = completion_logps(model, [example["chosen"], example["rejected"]], shares_prompt(args))  # [2] each
     loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
         logps[:1], logps[1:], torch.tensor([example["reference_chosen_logps"]], device=logps.device),
         torch.tensor([example["reference_rejected_logps"]], device=logps.device), -logps[:1] / counts[:1],
@@ -256,9 +274,9 @@ def example_loss(model, example, args):
 
 def train(model, examples, args, rng, log_path, dtype=torch.float32, rank=0, world=1):
     """AdamW over shuffled batches, one pair per forward pass, gradients accumulated over a batch;
-    one log line per optimizer step, its statistics averaged over the batch."""
+    one log line per optimizer step, its statistics averaged over the batch. `model` is as
+    distributed.wrap returned it."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    trained = distributed.wrap(model)  # torchrun: DistributedDataParallel averages gradients across ranks
     steps_per_epoch = (len(examples) + args.batch_size - 1) // args.batch_size
     history = []
     with open(log_path if rank == 0 else os.devnull, "w") as log:
@@ -268,10 +286,10 @@ def train(model, examples, args, rng, log_path, dtype=torch.float32, rank=0, wor
                 start, measured = time.time(), []
                 shares = distributed.shard(batch, rank, world)  # torchrun: this rank's pairs
                 for i, (example, weight) in enumerate(shares):
-                    with distributed.sync_on_last(trained, i, len(shares)):
+                    with distributed.sync_on_last(model, i, len(shares)):
                         with autocast(model.device, dtype):
-                            loss, stats, example_tokens = example_loss(trained, example, args)
-                        # The mean over the global batch; DDP's average over ranks divides by `world` again.
+                            loss, stats, example_tokens = example_loss(model, example, args)
+                        # The mean over the global batch; the average over ranks (DDP, FSDP) divides by `world` again.
                         (loss * weight * world / len(batch)).backward()
                     if weight:
                         measured.append(dict(stats, loss=loss.item(), tokens=example_tokens))
@@ -335,18 +353,24 @@ def main(args):
 
     model, tokenizer = load_model(args.model, trainable=True, device=device)
     model.float()  # fp32 master weights (bf16 would round lr-sized updates away); forward passes in `dtype`
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    # torchrun: DDP replicas, or with --fsdp `model` itself sharded. Wrapped before π_ref is computed, so
+    # that π_ref's forward passes are training's (FSDP: bf16 weights where `dtype` is bf16).
+    trained = distributed.wrap(model, args.fsdp, dtype)
     if args.method == "rft":
         examples = [{"completion": tokenize_completion(tokenizer, row["prompt"], row["completion"])} for row in rows]
     else:
         examples = [{"chosen": tokenize_completion(tokenizer, row["prompt"], row["chosen"]),
                      "rejected": tokenize_completion(tokenizer, row["prompt"], row["rejected"])} for row in rows]
-        add_reference_logps(model, examples, dtype, rank, world)
+        add_reference_logps(model, examples, dtype, rank, world, shares_prompt(args))
     start = time.time()
     # The training order has its own seed, so every torchrun rank draws the same one.
-    history = train(model, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), dtype, rank, world)
+    history = train(trained, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), dtype, rank, world)
+    weights = distributed.full_state_dict(model)  # torchrun --fsdp: every rank sends its shards, rank 0 gets the whole model
     if rank > 0:
         return  # torchrun: rank 0 alone writes the checkpoint
-    model.save_pretrained(out)
+    model.save_pretrained(out, state_dict=weights)
     tokenizer.save_pretrained(out)
     last = history[-1]
     summary = f"accuracy {last['accuracy']:.2f} | margin {last['margin']:.4g}" if "margin" in last else f"nll {last['nll']:.4g}"
