@@ -78,6 +78,8 @@ parser.add_argument("--no-reference", action="store_true",
 parser.add_argument("--no-normalize", action="store_true",
                     help="sum over a turn's tokens instead of averaging (ablation: w/o normalization)")
 parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass to save memory")
+parser.add_argument("--fsdp", action="store_true",
+                    help="under torchrun: shard the weights, gradients and AdamW states across the ranks (FSDP2) instead of DDP replicas")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="forward passes; auto: bf16 autocast where the hardware computes bf16 natively, else fp32")
 parser.add_argument("--seed", type=int, default=0, help="seed for the split, the pair order and the model")
@@ -131,10 +133,7 @@ def sequence_logps(model, sequences):
 def task_logps(model, sequences, first_scored):
     """sequence_logps of sequences that begin alike (one task's trajectories), the fast way: their
     common beginning is encoded once and its KV cache serves them all. Log-probs of tokens before
-    index `first_scored` (the first agent token of any of them) may be left out, as zeros.
-    Gradient checkpointing keeps no KV cache: then it is the plain path."""
-    if getattr(model, "module", model).is_gradient_checkpointing:
-        return sequence_logps(model, sequences)
+    index `first_scored` (the first agent token of any of them) may be left out, as zeros."""
     logps, shared = shared_prefix_logps(model, sequences, first_scored)  # column j: token shared + j
     skipped = torch.zeros(shared - 1, device=logps.device)
     return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)]
@@ -333,6 +332,9 @@ def main(args):
     model.float()  # fp32 master weights; the forward passes run in `dtype`
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    # torchrun: DDP replicas, or with --fsdp `model` itself sharded. Wrapped before π_ref is computed, so
+    # that π_ref's forward passes are training's (FSDP: bf16 weights where `dtype` is bf16).
+    trained = distributed.wrap(model, args.fsdp, dtype)
     use_reference, normalize = not args.no_reference, not args.no_normalize
 
     # Tokenize each trajectory once; spans locate its agent turns.
@@ -349,6 +351,8 @@ def main(args):
 
     # Trajectories go through the model a task at a time: its trajectories begin alike (system prompt,
     # c, the problem), and that shared beginning is encoded once (task_logps). A batch is whole tasks.
+    # FSDP and activation checkpointing cannot backpropagate into a cache: there, one pass per trajectory.
+    share_prefix = not (args.fsdp or args.gradient_checkpointing)
     trajectories_of = {}
     for t in used:
         trajectories_of.setdefault(t["task_id"], []).append(key(t))
@@ -359,14 +363,18 @@ def main(args):
         for task_id in task_ids:
             names = trajectories_of[task_id]
             first_scored = min(encoded[name]["spans"][0][0] for name in names)
-            logps.update(zip(names, task_logps(model, [encoded[name]["ids"] for name in names], first_scored)))
+            sequences = [encoded[name]["ids"] for name in names]
+            logps.update(zip(names, task_logps(model, sequences, first_scored) if share_prefix
+                             else [sequence_logps(model, [ids])[0] for ids in sequences]))
         return logps
 
     # π_ref = the initial critic: its log-probs, computed once.
     model.eval()
     with torch.no_grad(), autocast(device, dtype):
-        mine = sorted(trajectories_of)[rank::world]  # torchrun: each rank takes a share, then all share all
-        reference_logps = dict(distributed.gather(logps_of(model, tqdm(mine, desc="π_ref log-probs", unit="task")).items()))
+        mine = distributed.shard(sorted(trajectories_of), rank, world)  # torchrun: a share each, padded: FSDP needs all ranks in each forward
+        reference_logps = {name: logps.to(device) for name, logps, weight in distributed.gather(  # gathered on the CPU
+            (name, logps, weight) for task_id, weight in tqdm(mine, desc="π_ref log-probs", unit="task")
+            for name, logps in logps_of(model, [task_id]).items()) if weight}
 
     def scores(logps, names):
         """Σ_t A_t of each trajectory: its turn advantages (Eq. 3), summed."""
@@ -378,7 +386,10 @@ def main(args):
         loss, each pair's margin; per-turn advantages per trajectory."""
         model.eval()
         with torch.no_grad(), autocast(device, dtype):
-            logps = dict(distributed.gather(logps_of(model, sorted(eval_tasks)[rank::world]).items()))  # torchrun: a share each
+            mine = distributed.shard(sorted(eval_tasks), rank, world)  # torchrun: a padded share each
+            logps = {name: logps.to(device) for name, logps, weight in distributed.gather(
+                (name, logps, weight) for task_id, weight in mine for name, logps in logps_of(model, [task_id]).items())
+                if weight}
         advantages = {name: turn_advantages(logps[name], reference_logps[name], encoded[name]["spans"], normalize)
                       for name in logps}
         margin = scores(logps, [key(c) for c, _ in eval_pairs]) - scores(logps, [key(r) for _, r in eval_pairs])
@@ -393,8 +404,7 @@ def main(args):
     before = {"pair_accuracy": 0.5, "mean_margin": 0.0, "loss": math.log(2)} if eval_pairs else {}
 
     os.makedirs(out, exist_ok=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    trained = distributed.wrap(model)  # torchrun: DistributedDataParallel averages gradients across ranks
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)  # after wrap: FSDP's parameters are shards
     pairs_of = {}
     for pair in train_pairs:
         pairs_of.setdefault(pair[0]["task_id"], []).append(pair)
@@ -418,7 +428,7 @@ def main(args):
                         chosen = scores(logps, [key(c) for c, _ in pairs_of[task_id]])
                         rejected = scores(logps, [key(r) for _, r in pairs_of[task_id]])
                         loss = bradley_terry_loss(chosen, rejected, args.beta) * len(chosen) / batch_pairs
-                        # The mean over the global batch; DDP's average over ranks divides by `world` again.
+                        # The mean over the global batch; the average over ranks (DDP, FSDP) divides by `world` again.
                         (loss * weight * world).backward()
                     if weight:
                         tokens = sum(len(encoded[name]["ids"]) for name in trajectories_of[task_id])
@@ -442,10 +452,11 @@ def main(args):
                       f"{record['tokens_per_s']:.0f} tok/s", flush=True)
 
     after, advantages = evaluate() if eval_pairs else ({}, {})
+    weights = distributed.full_state_dict(model)  # torchrun --fsdp: every rank sends its shards, rank 0 gets the whole model
     if rank > 0:
         return  # torchrun: rank 0 alone writes the outputs
     model.eval()
-    model.save_pretrained(out)
+    model.save_pretrained(out, state_dict=weights)
     tokenizer.save_pretrained(out)
     with open(os.path.join(out, "args.json"), "w") as f:
         base_path = os.path.abspath(base_model) if os.path.isdir(base_model) else base_model  # a folder, or a hub id

@@ -12,7 +12,8 @@ the critic and its reference are freed before training, so peak memory is that o
 With --sampler URL the sampling phase runs on an OpenAI-compatible server (vLLM serving --model):
 --candidates replies per request (OpenAI's `n`; a server that returns fewer is asked once per
 missing reply), many requests at once, with the retries of colbench.models.EndpointChat.
-In training, a pair's prompt is encoded once and both replies continue from its KV cache.
+In training, a pair's prompt is encoded once and both replies continue from its KV cache (not with
+--fsdp or --gradient-checkpointing: `shares_prompt` says why).
 --method mt-dpo (Multi-Turn DPO baseline): whole trajectories of one task paired by reward with
 critic.py's pairing rule (--pairing), log-probs summed over all agent turns, the same loss.
 --method rft (Rejection Fine-Tuning baseline): supervised fine-tuning on the agent turns of the
@@ -58,6 +59,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from colbench import distributed
@@ -65,7 +67,7 @@ from colbench.data import DataError, default_output, load_trajectories, write_js
 from colbench.env import PROMPT_STYLES, agent_messages
 from colbench.models import (DTYPES, EndpointChat, autocast, chat_text, compute_dtype, default_device, describe_dtype,
                              generate, load_model, plain_messages, shared_prefix_logps, tokenize_turns)
-from critic import PAIRINGS, load_critic, preference_pairs, score_candidates, succeeded
+from critic import PAIRINGS, load_critic, preference_pairs, score_candidates, sequence_logps, succeeded
 
 def server_url(text):
     """An http(s) URL, or a one-line refusal at parse time."""
@@ -100,6 +102,9 @@ parser.add_argument("--nll-coef", type=float, default=0.01, help="weight lambda 
 parser.add_argument("--lr", type=float, default=5e-6, help="AdamW learning rate (paper: 2e-7 for 8B models)")
 parser.add_argument("--epochs", type=int, default=1, help="passes over the pairs (rft: the examples)")
 parser.add_argument("--batch-size", type=int, default=8, help="pairs (rft: trajectories) per optimizer step, one per forward pass")
+parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass to save memory")
+parser.add_argument("--fsdp", action="store_true",
+                    help="under torchrun: shard the weights, gradients and AdamW states across the ranks (FSDP2) instead of DDP replicas")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="sampling, ranking and training forward passes; auto: bf16 where the hardware computes it natively")
 parser.add_argument("--seed", type=int, default=0, help="seed for subsetting, sampling, pairing and shuffling")
@@ -268,13 +273,24 @@ def agent_turn_sequences(tokenizer, trajectory, args):
     return sequences
 
 
-def completion_logps(model, sequences):
+def shares_prompt(args):
+    """Whether the sequences of a pair continue one KV cache of their prompt. Not under FSDP or activation
+    checkpointing: neither can backpropagate into a cache that an earlier forward pass made (FSDP frees
+    each layer's gathered weights after its forward; checkpointing recomputes layers without the cache)."""
+    return not (args.fsdp or args.gradient_checkpointing)
+
+
+def completion_logps(model, sequences, share_prompt=True):
     """Summed log-probs of the completion tokens (the spans) of sequences that begin alike, and how
     many tokens were scored and processed: [n], [n], int. One reply each for sweet; for mt-dpo and
-    rft, the agent turns of a trajectory that saw one prompt. The tokens all sequences begin with
-    are encoded once and their KV cache serves every sequence; gradients flow through the cache."""
-    completion_start = min(spans[0][0] for _, spans in sequences)
-    logps, shared = shared_prefix_logps(model, [ids for ids, _ in sequences], completion_start)  # [n, longest - 1]
+    rft, the agent turns of a trajectory that saw one prompt. With `share_prompt` the tokens all
+    sequences begin with are encoded once and their KV cache serves every sequence (gradients flow
+    through the cache); else each sequence is encoded whole."""
+    if share_prompt:
+        completion_start = min(spans[0][0] for _, spans in sequences)
+        logps, shared = shared_prefix_logps(model, [ids for ids, _ in sequences], completion_start)  # [n, longest - 1]
+    else:  # one padded batch: column j holds token 1 + j, as after a shared prefix of one token
+        logps, shared = pad_sequence(sequence_logps(model, [ids for ids, _ in sequences]), batch_first=True), 1
     in_completion = torch.zeros_like(logps)
     for row, (_, spans) in enumerate(sequences):
         for start, end in spans:  # column j holds token shared + j
@@ -283,24 +299,27 @@ def completion_logps(model, sequences):
     return (logps * in_completion).sum(-1), in_completion.sum(-1), tokens
 
 
-def pair_logps(model, example):
+def pair_logps(model, example, share_prompt=True):
     """Summed log-probs and token counts of a pair's chosen and rejected side, each side one or more
     sequences (mt-dpo: one per prompt the agent saw), all in one call: [2], [2], tokens processed."""
     sides = len(example["chosen"])
-    logps, counts, tokens = completion_logps(model, example["chosen"] + example["rejected"])
+    logps, counts, tokens = completion_logps(model, example["chosen"] + example["rejected"], share_prompt)
     return (torch.stack([logps[:sides].sum(), logps[sides:].sum()]),
             torch.stack([counts[:sides].sum(), counts[sides:].sum()]), tokens)
 
 
 @torch.no_grad()
-def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1):
-    """The frozen reference policy pi_ref = the policy before training: its log-probs, computed once."""
+def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1, share_prompt=True):
+    """The frozen reference policy pi_ref = the policy before training: its log-probs, computed once,
+    the way training computes the policy's (`share_prompt`, see shares_prompt)."""
     model.eval()
     mine = []
-    for i in tqdm(range(rank, len(examples), world), desc="reference log-probs", unit="pair"):
-        with autocast(model.device, dtype):  # torchrun: each rank takes a share, then all share all
-            logps, _, _ = pair_logps(model, examples[i])
-        mine.append((i, logps.tolist()))
+    # torchrun: each rank takes a share, then all share all; padded (weight 0): FSDP needs all ranks in each forward
+    for i, weight in tqdm(distributed.shard(range(len(examples)), rank, world), desc="reference log-probs", unit="pair"):
+        with autocast(model.device, dtype):
+            logps, _, _ = pair_logps(model, examples[i], share_prompt)
+        if weight:
+            mine.append((i, logps.tolist()))
     for i, (chosen, rejected) in distributed.gather(mine):
         examples[i]["reference_chosen_logps"], examples[i]["reference_rejected_logps"] = chosen, rejected
     model.train()
@@ -309,10 +328,10 @@ def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1):
 def example_loss(model, example, args):
     """The loss of one pair (rft: one trajectory), its statistics, and the tokens processed."""
     if args.method in ("rft", "sft"):
-        logps, counts, tokens = completion_logps(model, example["completion"])
+        logps, counts, tokens = completion_logps(model, example["completion"], shares_prompt(args))
         nll = -logps.sum() / counts.sum()  # the mean over the trajectory's agent tokens
         return nll, {"nll": nll.item()}, tokens
-    logps, counts, tokens = pair_logps(model, example)  # [2] each
+    logps, counts, tokens = pair_logps(model, example, shares_prompt(args))  # [2] each
     loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
         logps[:1], logps[1:], torch.tensor([example["reference_chosen_logps"]], device=logps.device),
         torch.tensor([example["reference_rejected_logps"]], device=logps.device), -logps[:1] / counts[:1],
@@ -324,9 +343,9 @@ def example_loss(model, example, args):
 
 def train(model, examples, args, rng, log_path, dtype=torch.float32, rank=0, world=1):
     """AdamW over shuffled batches, one pair per forward pass, gradients accumulated over a batch;
-    one log line per optimizer step, its statistics averaged over the batch."""
+    one log line per optimizer step, its statistics averaged over the batch. `model` is as
+    distributed.wrap returned it."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    trained = distributed.wrap(model)  # torchrun: DistributedDataParallel averages gradients across ranks
     steps_per_epoch = (len(examples) + args.batch_size - 1) // args.batch_size
     history = []
     with open(log_path if rank == 0 else os.devnull, "w") as log:
@@ -336,10 +355,10 @@ def train(model, examples, args, rng, log_path, dtype=torch.float32, rank=0, wor
                 start, measured = time.time(), []
                 shares = distributed.shard(batch, rank, world)  # torchrun: this rank's pairs
                 for i, (example, weight) in enumerate(shares):
-                    with distributed.sync_on_last(trained, i, len(shares)):
+                    with distributed.sync_on_last(model, i, len(shares)):
                         with autocast(model.device, dtype):
-                            loss, stats, example_tokens = example_loss(trained, example, args)
-                        # The mean over the global batch; DDP's average over ranks divides by `world` again.
+                            loss, stats, example_tokens = example_loss(model, example, args)
+                        # The mean over the global batch; the average over ranks (DDP, FSDP) divides by `world` again.
                         (loss * weight * world / len(batch)).backward()
                     if weight:
                         measured.append(dict(stats, loss=loss.item(), tokens=example_tokens))
@@ -406,6 +425,11 @@ def main(args):
 
     model, tokenizer = load_model(args.model, trainable=True, device=device)
     model.float()  # fp32 master weights (bf16 would round lr-sized updates away); forward passes in `dtype`
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    # torchrun: DDP replicas, or with --fsdp `model` itself sharded. Wrapped before π_ref is computed, so
+    # that π_ref's forward passes are training's (FSDP: bf16 weights where `dtype` is bf16).
+    trained = distributed.wrap(model, args.fsdp, dtype)
     # The baselines score whole trajectories, each agent turn under the prompt it was sampled with.
     by_key = {(t["task_id"], t["sample_idx"]): t for t in trajectories}
     if args.method in ("rft", "sft"):
@@ -417,13 +441,14 @@ def main(args):
     else:
         examples = [reply_pair_example(tokenizer, row) for row in rows]
     if args.method not in ("rft", "sft"):
-        add_reference_logps(model, examples, dtype, rank, world)
+        add_reference_logps(model, examples, dtype, rank, world, shares_prompt(args))
     start = time.time()
     # The training order has its own seed, so every torchrun rank draws the same one.
-    history = train(model, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), dtype, rank, world)
+    history = train(trained, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), dtype, rank, world)
+    weights = distributed.full_state_dict(model)  # torchrun --fsdp: every rank sends its shards, rank 0 gets the whole model
     if rank > 0:
         return  # torchrun: rank 0 alone writes the checkpoint
-    model.save_pretrained(out)
+    model.save_pretrained(out, state_dict=weights)
     tokenizer.save_pretrained(out)
     last = history[-1]
     summary = f"accuracy {last['accuracy']:.2f} | margin {last['margin']:.4g}" if "margin" in last else f"nll {last['nll']:.4g}"

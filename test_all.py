@@ -1553,7 +1553,8 @@ def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model,
                 for chosen, rejected in [("What percent is the tip?", "def tip(bill): return bill"),
                                          ("Round to 2 decimal places?", "I WANT TO ANSWER: def f(x): return 1")]]
     add_reference_logps(model, examples)
-    args = argparse.Namespace(method="sweet", lr=1e-3, epochs=6, batch_size=2, beta=0.1, nll_coef=0.01)
+    args = argparse.Namespace(method="sweet", lr=1e-3, epochs=6, batch_size=2, beta=0.1, nll_coef=0.01, fsdp=False,
+                              gradient_checkpointing=False)
     history = train(model, examples, args, random.Random(0), str(tmp_path / "log.jsonl"))
     assert len(history) == 6 and len(read_jsonl(tmp_path / "log.jsonl")) == 6
     assert abs(history[0]["margin"]) < 1e-6  # policy == reference at the first step
@@ -1698,6 +1699,82 @@ def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scor
                        "--max-new-tokens", "8", "--out", str(tmp_path / "sweet"))
     assert sweet.stdout.count("done:") == 1 and "from 6 turn states" in sweet.stdout
     assert {"config.json", "pairs.jsonl", "log.jsonl", "args.json"} <= set(os.listdir(tmp_path / "sweet"))
+
+
+# ================================================================ colbench/distributed.py: torchrun helpers
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_distributed_gather_returns_tensors_on_the_cpu_inside_tuples_lists_and_dicts(device):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no GPU here")
+    from colbench import distributed
+    values = torch.arange(3.0, device=device)
+    (name, first), second = distributed.gather([("a", values), {"b": [values * 2, 1]}])
+    assert name == "a" and first.device.type == "cpu" and first.tolist() == [0.0, 1.0, 2.0]
+    assert second["b"][0].device.type == "cpu" and second["b"][0].tolist() == [0.0, 2.0, 4.0] and second["b"][1] == 1
+
+
+GATHER_SCRIPT = """
+import torch
+from colbench import distributed
+rank, world = distributed.init()
+device = f"cuda:{rank}" if torch.cuda.device_count() >= world else "cpu"  # each rank's own GPU where there are enough
+gathered = distributed.gather([(rank, torch.full((2,), float(rank), device=device))])
+assert [r for r, _ in gathered] == list(range(world)), gathered
+assert all(t.device.type == "cpu" and t.tolist() == [r, r] for r, t in gathered), gathered
+print(f"gathered {world} ranks from {device}")
+"""
+
+
+def test_distributed_gather_under_torchrun_returns_every_rank_in_order_on_the_cpu(tmp_path):
+    script = tmp_path / "gather.py"
+    script.write_text(GATHER_SCRIPT)
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+                        env=dict(os.environ, PYTHONPATH=ROOT))
+    assert "gathered 2 ranks from" in result.stdout
+
+
+def logits_of(model_dir, ids=tuple(range(1, 60))):
+    model, _ = load_model(model_dir, device="cpu")
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits
+
+
+def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_model(tmp_path, tiny_model):
+    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
+    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",  # 5: one rank gets a padding pass
+              "--eval-fraction", "0.25", "--dtype", "fp32"]
+    run_script("critic.py", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "critic.py", *common,
+                        "--fsdp", "--gradient-checkpointing", "--out", str(tmp_path / "fsdp"))
+    assert result.stdout.count("done:") == 1  # rank 0 alone prints
+    assert sorted(os.listdir(tmp_path / "fsdp")) == sorted(os.listdir(tmp_path / "one"))  # one checkpoint, one metrics.json
+    one, fsdp = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("one", "fsdp"))
+    assert fsdp["after"]["loss"] == pytest.approx(one["after"]["loss"], rel=1e-4, abs=1e-5)
+    losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "fsdp")]
+    assert len(losses[1]) == 6 and losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-5)
+    # The checkpoint holds the whole trained model: what policy.py --critic loads scores as the 1-process critic does.
+    loaded = critic.load_critic(str(tmp_path / "fsdp"))
+    with torch.no_grad():
+        fsdp_logits = loaded.model(input_ids=torch.tensor([list(range(1, 60))])).logits
+    assert torch.allclose(fsdp_logits, logits_of(str(tmp_path / "one")), atol=1e-4)
+    assert not torch.allclose(fsdp_logits, logits_of(tiny_model), atol=1e-2)  # and it trained
+
+
+def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_model(tmp_path, scored_file, tiny_model):
+    common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
+              "--batch-size", "3", "--dtype", "fp32"]  # 3 pairs a step: one rank also runs a padding pass
+    run_script("policy.py", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", *common,
+                        "--fsdp", "--gradient-checkpointing", "--out", str(tmp_path / "fsdp"))
+    assert result.stdout.count("done:") == 1
+    assert sorted(os.listdir(tmp_path / "fsdp")) == sorted(os.listdir(tmp_path / "one"))
+    logs = [read_jsonl(tmp_path / name / "log.jsonl") for name in ("one", "fsdp")]
+    for statistic in ("loss", "margin", "chosen_logps"):  # the 1-process run shares each prompt's KV cache; FSDP cannot
+        assert [row[statistic] for row in logs[1]] == pytest.approx([row[statistic] for row in logs[0]], rel=1e-4, abs=1e-5)
+    fsdp_logits = logits_of(str(tmp_path / "fsdp"))  # loaded as rollout.py --agent loads it
+    assert torch.allclose(fsdp_logits, logits_of(str(tmp_path / "one")), atol=1e-4)
+    assert not torch.allclose(fsdp_logits, logits_of(tiny_model), atol=1e-2)
 
 
 # ================================================================ colbench/report.py: the HTML page of a run
