@@ -28,7 +28,8 @@ import torch
 from transformers import AutoTokenizer
 
 from colbench import frontend, stats
-from colbench.cli import fraction, non_negative_float, non_negative_int, positive_float, positive_int
+from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
+                          positive_int, require_server)
 from colbench.data import DataError, derive_task_id, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, LAST_TURN_NOTE, PROMPT_STYLES, TURN_BUDGET_NOTE, Episode, html_page
 from colbench.models import EndpointChat, Reply, chat_text, load_model, tokenize_turns
@@ -882,6 +883,8 @@ def test_eval_missing_file_and_frontend_without_clip_weights(tmp_path):
     (positive_float, {"0.5": 0.5, "3": 3.0, "1e-9": 1e-9}, ["0", "-0.0", "-1", "nan", "inf", "x"]),
     (non_negative_float, {"0": 0.0, "2.5": 2.5}, ["-0.1", "nan", "inf", "x"]),
     (fraction, {"1": 1.0, "0.25": 0.25}, ["0", "1.01", "-0.5", "nan", "x"]),
+    (fraction_or_zero, {"0": 0.0, "1": 1.0, "0.25": 0.25}, ["-0.1", "1.01", "nan", "x"]),
+    (at_least(2), {"2": 2, "16": 16}, ["1", "0", "2.5", "x"]),
 ])
 def test_cli_types_accept_their_range_only(check, accepted, refused):
     assert {text: check(text) for text in accepted} == accepted
@@ -1698,6 +1701,24 @@ def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scor
                        "--max-new-tokens", "8", "--out", str(tmp_path / "sweet"))
     assert sweet.stdout.count("done:") == 1 and "from 6 turn states" in sweet.stdout
     assert {"config.json", "pairs.jsonl", "log.jsonl", "args.json"} <= set(os.listdir(tmp_path / "sweet"))
+
+
+# ================================================================ every stage: bad arguments and bad input, refused at start
+
+def closed_port_url():
+    """The URL of a local port nothing listens on: bound, then released."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+def test_require_server_passes_a_live_server_and_refuses_a_dead_one_within_seconds(stub_server, capsys):
+    require_server("--agent", stub_server)
+    dead, start = closed_port_url(), time.monotonic()
+    with pytest.raises(SystemExit) as stopped:
+        require_server("--simulator", dead)
+    assert stopped.value.code == 2 and time.monotonic() - start < 5
+    assert f"error: --simulator {dead}: no OpenAI-compatible server answers" in capsys.readouterr().err
 
 
 # ================================================================ colbench/report.py: the HTML page of a run
