@@ -30,7 +30,7 @@ from transformers import AutoTokenizer
 from colbench import frontend, stats
 from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
                           positive_int, require_server)
-from colbench.data import DataError, derive_task_id, load_tasks, load_trajectories, task_kind
+from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, LAST_TURN_NOTE, PROMPT_STYLES, TURN_BUDGET_NOTE, Episode, html_page
 from colbench.models import EndpointChat, Reply, chat_text, load_model, tokenize_turns
 from colbench.render import render
@@ -1719,6 +1719,13 @@ def test_require_server_passes_a_live_server_and_refuses_a_dead_one_within_secon
         require_server("--simulator", dead)
     assert stopped.value.code == 2 and time.monotonic() - start < 5
     assert f"error: --simulator {dead}: no OpenAI-compatible server answers" in capsys.readouterr().err
+
+
+def test_resume_reads_replies_that_hold_unicode_line_separators(tmp_path):
+    out = tmp_path / "traj.jsonl"
+    out.write_text(json.dumps({"task_id": "t", "sample_idx": 0, "answer": "a\u2028b"}, ensure_ascii=False) + "\n",
+                   encoding="utf-8")  # json.dumps leaves U+2028 raw: str.splitlines() would cut the line there
+    assert finished_keys(str(out)) == {("t", 0)}
 
 
 # ================================================================ colbench/report.py: the HTML page of a run
