@@ -155,7 +155,7 @@ def test_rollout_reports_bad_input_without_traceback(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(TIP_TASK) + "\n" + json.dumps({"problem_description": "x"}) + "\n")
     result = run_script("rollout.py", str(bad), "--out", str(tmp_path / "o.jsonl"), check=False)
-    assert result.returncode != 0
+    assert result.returncode == 2 and not (tmp_path / "o.jsonl").exists()
     assert f"{bad}:2: missing field 'ground_truth'" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -1705,6 +1705,23 @@ def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scor
 
 # ================================================================ every stage: bad arguments and bad input, refused at start
 
+@pytest.mark.parametrize("script, flag, value, allowed", [
+    ("rollout.py", "--samples", "0", "an integer >= 1"),
+    ("rollout.py", "--limit", "-1", "an integer >= 1"),
+    ("rollout.py", "--max-turns", "-1", "an integer >= 1"),
+    ("rollout.py", "--batch-size", "0", "an integer >= 1"),
+    ("rollout.py", "--max-new-tokens", "0", "an integer >= 1"),
+    ("rollout.py", "--temperature", "-1", "a finite number >= 0"),
+])
+def test_stages_refuse_a_bad_flag_value_at_parse_time(tmp_path, script, flag, value, allowed):
+    given = write_jsonl(tmp_path / "in.jsonl", [TIP_TASK])
+    critic_flag = ["--critic", str(tmp_path / "critic")] if "judge" in script else []  # judge requires one
+    result = run_script(*script.split(), given, "--out", str(tmp_path / "out"), *critic_flag, flag, value, check=False)
+    assert result.returncode == 2
+    assert f"error: argument {flag}: '{value}' is not {allowed}" in result.stderr and "Traceback" not in result.stderr
+    assert os.listdir(tmp_path) == ["in.jsonl"]
+
+
 def closed_port_url():
     """The URL of a local port nothing listens on: bound, then released."""
     with socket.socket() as s:
@@ -1719,6 +1736,29 @@ def test_require_server_passes_a_live_server_and_refuses_a_dead_one_within_secon
         require_server("--simulator", dead)
     assert stopped.value.code == 2 and time.monotonic() - start < 5
     assert f"error: --simulator {dead}: no OpenAI-compatible server answers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--agent", "--simulator"])
+def test_rollout_refuses_a_dead_server_before_loading_a_model(tmp_path, tiny_model, flag):
+    tasks, dead = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK]), closed_port_url()
+    models = {"--agent": tiny_model, "--simulator": "embedded", flag: dead}
+    result = run_script("rollout.py", tasks, "--agent", models["--agent"], "--simulator", models["--simulator"],
+                        "--out", str(tmp_path / "out.jsonl"), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {flag} {dead}: no OpenAI-compatible server answers" in result.stderr and "ConnectionError" in result.stderr
+    assert "forward passes" not in result.stdout  # no model was loaded
+    assert os.listdir(tmp_path) == ["tasks.jsonl"]
+
+
+def test_rollout_refuses_to_resume_into_a_file_that_is_not_trajectories(tmp_path, tiny_model):
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK])
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text(json.dumps(TIP_TASK) + "\n" + '{"task_id": "torn')  # a torn last line stays: nothing is cut
+    before = wrong.read_bytes()
+    result = run_script("rollout.py", tasks, "--agent", tiny_model, "--out", str(wrong), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {wrong}:1: missing field 'sample_idx'" in result.stderr
+    assert wrong.read_bytes() == before and "forward passes" not in result.stdout
 
 
 def test_resume_reads_replies_that_hold_unicode_line_separators(tmp_path):
