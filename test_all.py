@@ -1299,10 +1299,11 @@ def test_critic_trains_on_untrimmed_official_replies_under_each_chat_template(tm
 def test_critic_without_pairs_or_rewards_exits_with_a_clear_message(tmp_path, tiny_model):
     ties = write_jsonl(tmp_path / "ties.jsonl", [scored(TIP_TASK, k, ["a"], 0.5) for k in range(3)])
     result = run_script("critic.py", ties, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
-    assert result.returncode != 0 and "no pairs" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "error: no pairs" in result.stderr and "Traceback" not in result.stderr
     unscored = write_jsonl(tmp_path / "unscored.jsonl", [{k: v for k, v in scored(TIP_TASK, 0, ["a"], 0.5).items() if k != "reward"}])
     result = run_script("critic.py", unscored, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
-    assert result.returncode != 0 and "no numeric 'reward'" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "no numeric 'reward'" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "c").exists()
 
 
 def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
@@ -1712,6 +1713,13 @@ def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scor
     ("rollout.py", "--batch-size", "0", "an integer >= 1"),
     ("rollout.py", "--max-new-tokens", "0", "an integer >= 1"),
     ("rollout.py", "--temperature", "-1", "a finite number >= 0"),
+    ("critic.py", "--epochs", "0", "an integer >= 1"),
+    ("critic.py", "--batch-size", "0", "an integer >= 1"),
+    ("critic.py", "--eval-fraction", "2", "a number in [0, 1]"),
+    ("critic.py", "--lr", "0", "a finite number > 0"),
+    ("critic.py", "--beta", "-0.1", "a finite number > 0"),
+    ("critic.py", "--min-reward-gap", "-1", "a finite number >= 0"),
+    ("critic.py", "--max-length", "8", "an integer >= 32"),
 ])
 def test_stages_refuse_a_bad_flag_value_at_parse_time(tmp_path, script, flag, value, allowed):
     given = write_jsonl(tmp_path / "in.jsonl", [TIP_TASK])
