@@ -1675,10 +1675,11 @@ def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model)
     failed = write_jsonl(tmp_path / "failed.scored.jsonl", SCORED[1:])
     result = run_script("policy.py", failed, "--method", "rft", "--model", tiny_model, "--out", str(tmp_path / "p"),
                         check=False)
-    assert result.returncode != 0 and "no successful trajectory" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "error: no successful trajectory" in result.stderr and "Traceback" not in result.stderr
     result = run_script("policy.py", failed, "--critic", str(tmp_path / "nowhere"), "--model", tiny_model,
                         "--out", str(tmp_path / "p"), check=False)
-    assert result.returncode != 0 and "no critic at" in result.stderr and "critic.py" in result.stderr
+    assert result.returncode == 2 and "error: no critic at" in result.stderr and "critic.py" in result.stderr
+    assert not (tmp_path / "p").exists()  # neither args.json nor an empty sft.jsonl
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task": {}}\n')
     result = run_script("policy.py", str(bad), "--model", tiny_model, check=False)
@@ -1720,6 +1721,15 @@ def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scor
     ("critic.py", "--beta", "-0.1", "a finite number > 0"),
     ("critic.py", "--min-reward-gap", "-1", "a finite number >= 0"),
     ("critic.py", "--max-length", "8", "an integer >= 32"),
+    ("policy.py", "--candidates", "1", "an integer >= 2"),
+    ("policy.py", "--candidates", "0", "an integer >= 2"),
+    ("policy.py", "--epochs", "0", "an integer >= 1"),
+    ("policy.py", "--data-fraction", "0", "a number in (0, 1]"),
+    ("policy.py", "--pairs-per-turn", "0", "an integer >= 1"),
+    ("policy.py", "--sample-batch-size", "0", "an integer >= 1"),
+    ("policy.py", "--temperature", "-0.5", "a finite number >= 0"),
+    ("policy.py", "--lr", "nan", "a finite number > 0"),
+    ("policy.py", "--beta", "0", "a finite number > 0"),
 ])
 def test_stages_refuse_a_bad_flag_value_at_parse_time(tmp_path, script, flag, value, allowed):
     given = write_jsonl(tmp_path / "in.jsonl", [TIP_TASK])
@@ -1756,6 +1766,18 @@ def test_rollout_refuses_a_dead_server_before_loading_a_model(tmp_path, tiny_mod
     assert f"error: {flag} {dead}: no OpenAI-compatible server answers" in result.stderr and "ConnectionError" in result.stderr
     assert "forward passes" not in result.stdout  # no model was loaded
     assert os.listdir(tmp_path) == ["tasks.jsonl"]
+
+
+def test_policy_refuses_a_dead_sampler_before_writing_anything(tmp_path):
+    scored_path = write_jsonl(tmp_path / "train.scored.jsonl", SCORED)
+    critic = tmp_path / "critic"
+    critic.mkdir()
+    (critic / "args.json").write_text("{}")
+    dead = closed_port_url()
+    result = run_script("policy.py", scored_path, "--critic", str(critic), "--sampler", dead,
+                        "--out", str(tmp_path / "p"), check=False)
+    assert result.returncode == 2 and f"error: --sampler {dead}: no OpenAI-compatible server answers" in result.stderr
+    assert "forward passes" not in result.stdout and not (tmp_path / "p").exists()
 
 
 def test_rollout_refuses_to_resume_into_a_file_that_is_not_trajectories(tmp_path, tiny_model):
