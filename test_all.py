@@ -910,7 +910,7 @@ def test_eval_refuses_to_overwrite_its_input(tmp_path):
     path = write_jsonl(tmp_path / "same.jsonl", [trajectory("def f(x):\n    return x * 2\n")])
     process = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), path, "--out", path],
                              capture_output=True, text=True, cwd=ROOT)
-    assert process.returncode != 0 and "never modifies its input" in process.stderr
+    assert process.returncode == 2 and "error: --out is the input file" in process.stderr
 
 
 # --- code extraction ---------------------------------------------------------------------------------
