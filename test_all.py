@@ -1730,6 +1730,8 @@ def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scor
     ("policy.py", "--temperature", "-0.5", "a finite number >= 0"),
     ("policy.py", "--lr", "nan", "a finite number > 0"),
     ("policy.py", "--beta", "0", "a finite number > 0"),
+    ("-m colbench.judge", "--candidates", "1", "an integer >= 2"),
+    ("-m colbench.warmstart", "--samples", "0", "an integer >= 1"),
 ])
 def test_stages_refuse_a_bad_flag_value_at_parse_time(tmp_path, script, flag, value, allowed):
     given = write_jsonl(tmp_path / "in.jsonl", [TIP_TASK])
