@@ -1,7 +1,8 @@
 # Two commands do all set-up: `make demo` and `make test`. Both install what they need first
 # (quietly, and only once: the stamp file records that requirements.txt was installed).
 PYTHON ?= python3
-PIP := $(PYTHON) -m pip install -q --disable-pip-version-check
+# Quiet; no pip version check, no warning about running as root (a fresh machine installs as root).
+PIP := $(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore
 STAMP := runs/.installed
 
 .PHONY: demo experiment test install

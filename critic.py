@@ -42,7 +42,6 @@ import json
 import math
 import os
 import random
-import sys
 import time
 
 import torch
@@ -50,6 +49,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from colbench import distributed
+from colbench.cli import at_least, fail, fraction_or_zero, non_negative_float, non_negative_int, positive_float, positive_int
 from colbench.data import DataError, default_output, load_trajectories, task_kind
 from colbench.stats import bootstrap_mean_ci, spearman
 from colbench.env import agent_messages
@@ -57,22 +57,24 @@ from colbench.models import (DTYPES, autocast, compute_dtype, default_device, de
                              shared_prefix_logps, token_logps, tokenize_turns)
 
 PAIRINGS = ("all", "official")  # the rules of preference_pairs
+MIN_LENGTH = 32  # --max-length floor: fewer tokens cannot hold the prompt's chat markup, let alone a dialogue
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (each line with a `reward`), e.g. evaluate.py's output")
 parser.add_argument("--out", help="critic folder to write (default runs/<stem>.critic)")
 parser.add_argument("--model", default="embedded", help="initial critic and π_ref: model folder, hub id or 'embedded'")
-parser.add_argument("--beta", type=float, default=0.1, help="β of the Bradley-Terry loss (Eq. 2)")
-parser.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate")
-parser.add_argument("--epochs", type=int, default=2, help="passes over the training pairs")
-parser.add_argument("--batch-size", type=int, default=8, help="pairs per optimizer step (one pair per forward pass)")
-parser.add_argument("--eval-fraction", type=float, default=0.1, help="fraction of the paired tasks held out")
-parser.add_argument("--min-reward-gap", type=float, default=0.0,
+parser.add_argument("--beta", type=positive_float, default=0.1, help="β of the Bradley-Terry loss (Eq. 2)")
+parser.add_argument("--lr", type=positive_float, default=2e-5, help="AdamW learning rate")
+parser.add_argument("--epochs", type=positive_int, default=2, help="passes over the training pairs")
+parser.add_argument("--batch-size", type=positive_int, default=8, help="pairs per optimizer step (one pair per forward pass)")
+parser.add_argument("--eval-fraction", type=fraction_or_zero, default=0.1, help="fraction of the paired tasks held out")
+parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0,
                     help="pair two trajectories of a task only when their rewards differ by at least this (0: any difference)")
 parser.add_argument("--pairing", default="all", choices=PAIRINGS,
                     help="which trajectories of a task make pairs: all (any two whose rewards differ) or official "
                          "(the official scripts' rule; see preference_pairs)")
-parser.add_argument("--max-length", type=int, default=2048, help="tokens per critic sequence at most; the oldest turns go first")
+parser.add_argument("--max-length", type=at_least(MIN_LENGTH), default=2048,
+                    help="tokens per critic sequence at most; the oldest turns go first")
 parser.add_argument("--no-reference", action="store_true",
                     help="leave out the reference solution c (ablation: w/o training-time information)")
 parser.add_argument("--no-normalize", action="store_true",
@@ -82,7 +84,7 @@ parser.add_argument("--fsdp", action="store_true",
                     help="under torchrun: shard the weights, gradients and AdamW states across the ranks (FSDP2) instead of DDP replicas")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="forward passes; auto: bf16 autocast where the hardware computes bf16 natively, else fp32")
-parser.add_argument("--seed", type=int, default=0, help="seed for the split, the pair order and the model")
+parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for the split, the pair order and the model")
 
 REFERENCE_HEADER = "Reference solution (shown to you, never to the assistant):\n"
 
@@ -296,17 +298,17 @@ def main(args):
     try:
         trajectories = load_trajectories(args.scored)
     except DataError as e:
-        sys.exit(f"error: {e}")
+        fail(e)
     for t in trajectories:
         if not isinstance(t.get("reward"), (int, float)):
-            sys.exit(f"error: {args.scored}: trajectory {t['task_id']}/{t['sample_idx']} has no numeric 'reward'; "
-                     "score the file with evaluate.py first")
+            fail(f"{args.scored}: trajectory {t['task_id']}/{t['sample_idx']} has no numeric 'reward'; "
+                 "score the file with evaluate.py first")
     with_turns = [t for t in trajectories if any(turn["role"] == "assistant" for turn in t["dialogue_history"])]
     pairs = preference_pairs(with_turns, args.min_reward_gap, args.pairing)
     if not pairs:
-        sys.exit(f"error: no pairs: no two trajectories of one task have rewards that differ by at least "
-                 f"{args.min_reward_gap} under --pairing {args.pairing} ({len(trajectories)} trajectories). "
-                 "The critic needs contrast.")
+        fail(f"no pairs: no two trajectories of one task have rewards that differ by at least "
+             f"{args.min_reward_gap} under --pairing {args.pairing} ({len(trajectories)} trajectories). "
+             "The critic needs contrast.")
 
     # Held-out pairs are split by task, so no held-out task was seen in training.
     tasks = list(dict.fromkeys(chosen["task_id"] for chosen, _ in pairs))

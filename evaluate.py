@@ -45,7 +45,6 @@ import json
 import os
 import queue
 import re
-import sys
 import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -53,7 +52,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from tqdm import tqdm
 
 from colbench import frontend
-from colbench.cli import positive_float, positive_int
+from colbench.cli import fail, positive_float, positive_int
 from colbench.data import DataError, default_output, load_trajectories, task_kind
 from colbench.render import ChromiumMissing
 from colbench.sandbox import Sandbox
@@ -280,8 +279,7 @@ def score_frontend(records, args, progress):
         rewards = frontend.score_pages(scorer, [r["answer"] for r in records],
                                        [r["task"]["ground_truth"] for r in records])
     except (frontend.ClipUnavailable, ChromiumMissing) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        fail(e)
     for record, reward in zip(records, rewards):
         record.update(reward=reward, answered_page=bool(record["answer"].strip()))
     progress.update(len(records))
@@ -333,12 +331,11 @@ def main(argv=None):
     print("evaluate.py", json.dumps(vars(args)))
     print(f"output: {out}" + (f", summary: {args.summary_json}" if args.summary_json else ""))
     if os.path.exists(out) and os.path.samefile(out, args.trajectories):
-        sys.exit("error: --out is the input file; evaluate.py never modifies its input")
+        fail("--out is the input file; evaluate.py never modifies its input")
     try:
         records = load_trajectories(args.trajectories)
     except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        fail(e)
 
     to_score = [r for r in records if not (args.keep_rewards and "reward" in r)]
     by_kind = collections.defaultdict(list)
@@ -346,9 +343,8 @@ def main(argv=None):
         by_kind[task_kind(record["task"])].append(record)
     for kind in by_kind:
         if kind not in SCORERS:
-            print(f"error: {kind} scoring not yet available ({len(by_kind[kind])} {kind} trajectories "
-                  f"in {args.trajectories})", file=sys.stderr)
-            sys.exit(2)
+            fail(f"{kind} scoring not yet available ({len(by_kind[kind])} {kind} trajectories "
+                 f"in {args.trajectories})")
 
     start = time.monotonic()
     with tqdm(total=len(to_score), desc="scoring (references, then answers)", unit="run",
@@ -381,8 +377,7 @@ def main(argv=None):
         try:
             others = load_trajectories(args.against)
         except DataError as e:
-            print(f"error: {e}", file=sys.stderr)
-            sys.exit(2)
+            fail(e)
         mine, theirs = collections.defaultdict(list), collections.defaultdict(list)
         for record in records:
             mine[record["task_id"]].append(record["reward"])

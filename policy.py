@@ -54,7 +54,6 @@ import gc
 import json
 import os
 import random
-import sys
 import time
 
 import torch
@@ -63,17 +62,13 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from colbench import distributed
+from colbench.cli import (at_least, fail, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
+                          require_server, server_url)
 from colbench.data import DataError, default_output, load_trajectories, write_jsonl
 from colbench.env import PROMPT_STYLES, agent_messages
 from colbench.models import (DTYPES, EndpointChat, autocast, chat_text, compute_dtype, default_device, describe_dtype,
                              generate, load_model, plain_messages, shared_prefix_logps, tokenize_turns)
 from critic import PAIRINGS, load_critic, preference_pairs, score_candidates, sequence_logps, succeeded
-
-def server_url(text):
-    """An http(s) URL, or a one-line refusal at parse time."""
-    if not text.startswith(("http://", "https://")):
-        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r}")
-    return text
 
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -83,31 +78,31 @@ parser.add_argument("--critic", help="critic folder from critic.py, for sweet (d
 parser.add_argument("--model", default="embedded", help="policy to start from: model folder, hub id, or 'embedded'")
 parser.add_argument("--method", default="sweet", choices=["sweet", "mt-dpo", "rft", "sft"],
                     help="SWEET-RL, a baseline, or sft (fine-tuning on every trajectory: the warm start)")
-parser.add_argument("--candidates", type=int, default=16, help="sweet: replies sampled per turn state (N)")
-parser.add_argument("--pairs-per-turn", type=int, default=4, help="sweet: preference pairs drawn per turn state")
-parser.add_argument("--data-fraction", type=float, default=1.0, help="use this random fraction of the trajectories")
-parser.add_argument("--max-turns", type=int, default=10, help="the rollouts' turn budget (their prompts say so)")
+parser.add_argument("--candidates", type=at_least(2), default=16, help="sweet: replies sampled per turn state (N; 2 at least: a top and a bottom half)")
+parser.add_argument("--pairs-per-turn", type=positive_int, default=4, help="sweet: preference pairs drawn per turn state")
+parser.add_argument("--data-fraction", type=fraction, default=1.0, help="use this random fraction of the trajectories")
+parser.add_argument("--max-turns", type=positive_int, default=10, help="the rollouts' turn budget (their prompts say so)")
 parser.add_argument("--prompt", default="default", choices=PROMPT_STYLES,
                     help="the rollouts' prompt style (rollout.py --prompt): each turn is rendered as the agent saw it")
-parser.add_argument("--max-new-tokens", type=int, default=256, help="sweet: tokens per sampled reply at most")
-parser.add_argument("--temperature", type=float, default=1.0, help="sweet: sampling temperature of the candidates")
-parser.add_argument("--sample-batch-size", type=int, default=16, help="sweet: sequences per batched generate call")
+parser.add_argument("--max-new-tokens", type=positive_int, default=256, help="sweet: tokens per sampled reply at most")
+parser.add_argument("--temperature", type=non_negative_float, default=1.0, help="sweet: sampling temperature of the candidates")
+parser.add_argument("--sample-batch-size", type=positive_int, default=16, help="sweet: sequences per batched generate call")
 parser.add_argument("--sampler", type=server_url, help="sweet: OpenAI-compatible URL of a server (e.g. vLLM) serving --model, to sample "
                     "the candidates there instead of in this process")
-parser.add_argument("--min-reward-gap", type=float, default=0.0, help="mt-dpo: paired rewards differ by at least this (0: any difference)")
+parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0, help="mt-dpo: paired rewards differ by at least this (0: any difference)")
 parser.add_argument("--pairing", default="all", choices=PAIRINGS,
                     help="mt-dpo: which trajectories of a task make pairs, as critic.py --pairing")
-parser.add_argument("--beta", type=float, default=0.1, help="DPO temperature beta' (Eq. 4)")
-parser.add_argument("--nll-coef", type=float, default=0.01, help="weight lambda of the NLL term on the chosen reply (Eq. 4)")
-parser.add_argument("--lr", type=float, default=5e-6, help="AdamW learning rate (paper: 2e-7 for 8B models)")
-parser.add_argument("--epochs", type=int, default=1, help="passes over the pairs (rft: the examples)")
-parser.add_argument("--batch-size", type=int, default=8, help="pairs (rft: trajectories) per optimizer step, one per forward pass")
+parser.add_argument("--beta", type=positive_float, default=0.1, help="DPO temperature beta' (Eq. 4)")
+parser.add_argument("--nll-coef", type=non_negative_float, default=0.01, help="weight lambda of the NLL term on the chosen reply (Eq. 4)")
+parser.add_argument("--lr", type=positive_float, default=5e-6, help="AdamW learning rate (paper: 2e-7 for 8B models)")
+parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the pairs (rft: the examples)")
+parser.add_argument("--batch-size", type=positive_int, default=8, help="pairs (rft: trajectories) per optimizer step, one per forward pass")
 parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass to save memory")
 parser.add_argument("--fsdp", action="store_true",
                     help="under torchrun: shard the weights, gradients and AdamW states across the ranks (FSDP2) instead of DDP replicas")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="sampling, ranking and training forward passes; auto: bf16 where the hardware computes it natively")
-parser.add_argument("--seed", type=int, default=0, help="seed for subsetting, sampling, pairing and shuffling")
+parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for subsetting, sampling, pairing and shuffling")
 
 
 def chunks(items, size):
@@ -164,15 +159,10 @@ def top_bottom_pairs(scores, pairs_per_turn, rng):
     return rng.sample(crossing, min(pairs_per_turn, len(crossing)))
 
 
-def sweet_pairs(trajectories, args, rng, device, dtype, rank=0, world=1):
+def sweet_pairs(trajectories, critic_dir, args, rng, device, dtype, rank=0, world=1):
     """Phase 1 samples with the policy, phase 2 ranks with the critic; each phase frees its models."""
     all_states = turn_states(trajectories)
     states = all_states[rank::world]  # torchrun: each rank samples and ranks a share of the states
-    if not all_states:
-        sys.exit("error: no agent turn follows a user turn in these trajectories: nothing to rank")
-    critic_dir = args.critic or default_output(args.scored, ".critic")
-    if not os.path.isdir(critic_dir):
-        sys.exit(f"error: no critic at {critic_dir}: run `python critic.py {args.scored}` first, or pass --critic")
     conversations = [agent_messages(t["task"], history, args.max_turns, args.prompt) for t, _, history in states]
     if args.sampler:
         candidates = sample_from_server(EndpointChat(args.sampler), conversations, args)
@@ -388,24 +378,26 @@ def main(args):
     try:
         trajectories = load_trajectories(args.scored)
     except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        fail(e)
     if args.method in ("mt-dpo", "rft") and not all(isinstance(t.get("reward"), (int, float)) for t in trajectories):
-        print(f"error: {args.scored}: every trajectory needs a 'reward' for {args.method}: run evaluate.py first",
-              file=sys.stderr)
-        sys.exit(2)
+        fail(f"{args.scored}: every trajectory needs a 'reward' for {args.method}: run evaluate.py first")
     if args.data_fraction < 1.0:
         keep = max(1, round(args.data_fraction * len(trajectories)))
         trajectories = [trajectories[i] for i in sorted(rng.sample(range(len(trajectories)), keep))]
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "args.json") if rank == 0 else os.devnull, "w") as f:
-        json.dump(vars(args), f, indent=2)
+    if args.method == "sweet":  # what sampling and ranking need, checked before any model loads
+        critic_dir = args.critic or default_output(args.scored, ".critic")
+        if not turn_states(trajectories):
+            fail("no agent turn follows a user turn in these trajectories: nothing to rank")
+        if not os.path.isfile(os.path.join(critic_dir, "args.json")):
+            fail(f"no critic at {critic_dir}: run `python critic.py {args.scored}` first, or pass --critic")
+        if args.sampler:
+            require_server("--sampler", args.sampler)
     device = default_device()
     dtype, why = compute_dtype(args.dtype, device)
     describe_dtype("policy", dtype, why)
 
     if args.method == "sweet":
-        rows, states = sweet_pairs(trajectories, args, rng, device, dtype, rank, world)
+        rows, states = sweet_pairs(trajectories, critic_dir, args, rng, device, dtype, rank, world)
         print(f"{len(rows)} pairs from {states} turn states of {len(trajectories)} trajectories")
     elif args.method == "mt-dpo":
         rows = mt_dpo_pairs(trajectories, args)
@@ -414,14 +406,18 @@ def main(args):
         rows = sft_examples(trajectories, args, successful_only=args.method == "rft")
         kept = "successful trajectories" if args.method == "rft" else "trajectories"
         print(f"{len(rows)} {kept} of {len(trajectories)} to fine-tune on")
+    if not rows:
+        fail({"sweet": "no pairs: every candidate of every state scored the same",
+              "mt-dpo": f"no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap} "
+                        f"under --pairing {args.pairing}",
+              "rft": "no successful trajectory to fine-tune on",
+              "sft": "no trajectory to fine-tune on"}[args.method])
+    # The outputs begin once there is something to train on.
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "args.json") if rank == 0 else os.devnull, "w") as f:
+        json.dump(vars(args), f, indent=2)
     data_path = os.path.join(out, "sft.jsonl" if args.method in ("rft", "sft") else "pairs.jsonl")
     write_jsonl(data_path if rank == 0 else os.devnull, rows)
-    if not rows:
-        sys.exit({"sweet": "error: no pairs: every candidate of every state scored the same",
-                  "mt-dpo": f"error: no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap} "
-                            f"under --pairing {args.pairing}",
-                  "rft": "error: no successful trajectory to fine-tune on",
-                  "sft": "error: no trajectory to fine-tune on"}[args.method])
 
     model, tokenizer = load_model(args.model, trainable=True, device=device)
     model.float()  # fp32 master weights (bf16 would round lr-sized updates away); forward passes in `dtype`

@@ -18,12 +18,12 @@ import argparse
 import collections
 import json
 import random
-import sys
 import time
 
 import torch
 from tqdm import tqdm
 
+from colbench.cli import fail, is_url, non_negative_float, non_negative_int, positive_int, require_server
 from colbench.data import DataError, JsonlAppender, default_output, finished_keys, load_tasks
 from colbench.env import PROMPT_STYLES, Episode
 from colbench.models import DTYPES, open_chat
@@ -34,18 +34,18 @@ parser.add_argument("tasks", help="tasks JSONL (ColBench schema)")
 parser.add_argument("--out", help="trajectories JSONL to write or resume (default runs/<stem>.traj.jsonl)")
 parser.add_argument("--agent", default="embedded", help="model folder, hub id, 'embedded', or OpenAI-compatible URL")
 parser.add_argument("--simulator", default="embedded", help="'embedded', an OpenAI-compatible URL, or a model")
-parser.add_argument("--samples", type=int, default=1, help="trajectories per task (K)")
-parser.add_argument("--limit", type=int, help="use only the first N tasks")
-parser.add_argument("--max-turns", type=int, default=10, help="agent turns per dialogue at most")
+parser.add_argument("--samples", type=positive_int, default=1, help="trajectories per task (K)")
+parser.add_argument("--limit", type=positive_int, help="use only the first N tasks")
+parser.add_argument("--max-turns", type=positive_int, default=10, help="agent turns per dialogue at most")
 parser.add_argument("--prompt", default="default", choices=PROMPT_STYLES,
                     help="how the agent's prompt tells it the turn budget: default (a note at its last turn) or "
                          "official (stated up front, as the official ColBench prompt)")
-parser.add_argument("--temperature", type=float, default=1.0, help="agent sampling temperature (0 = greedy)")
-parser.add_argument("--max-new-tokens", type=int, default=256, help="tokens per agent reply at most")
-parser.add_argument("--batch-size", type=int, default=8, help="dialogues live at once (one batched generate)")
+parser.add_argument("--temperature", type=non_negative_float, default=1.0, help="agent sampling temperature (0 = greedy)")
+parser.add_argument("--max-new-tokens", type=positive_int, default=256, help="tokens per agent reply at most")
+parser.add_argument("--batch-size", type=positive_int, default=8, help="dialogues live at once (one batched generate)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="a local agent's precision; auto: bf16 where the hardware computes it natively, else fp32")
-parser.add_argument("--seed", type=int, default=0, help="seed for sampling")
+parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for sampling")
 
 
 def main(args):
@@ -55,9 +55,13 @@ def main(args):
     torch.manual_seed(args.seed)
     try:
         tasks = load_tasks(args.tasks)[: args.limit]
+        done = finished_keys(out)
     except DataError as e:
-        sys.exit(f"error: {e}")
-    done = finished_keys(out)
+        fail(e)
+    # A dead server is reported now, in seconds, not after a local model has loaded.
+    for flag, spec in (("--agent", args.agent), ("--simulator", args.simulator)):
+        if is_url(spec):
+            require_server(flag, spec)
     waiting = collections.deque((task, k) for task in tasks for k in range(args.samples)
                                 if (task["task_id"], k) not in done)
     print(f"{len(tasks)} tasks x {args.samples} samples: {len(done)} already in {out}, {len(waiting)} to run",

@@ -28,8 +28,9 @@ import torch
 from transformers import AutoTokenizer
 
 from colbench import frontend, stats
-from colbench.cli import fraction, non_negative_float, non_negative_int, positive_float, positive_int
-from colbench.data import DataError, derive_task_id, load_tasks, load_trajectories, task_kind
+from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
+                          positive_int, require_server)
+from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, LAST_TURN_NOTE, PROMPT_STYLES, TURN_BUDGET_NOTE, Episode, html_page
 from colbench.models import EndpointChat, Reply, chat_text, load_model, tokenize_turns
 from colbench.render import render
@@ -154,7 +155,7 @@ def test_rollout_reports_bad_input_without_traceback(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(TIP_TASK) + "\n" + json.dumps({"problem_description": "x"}) + "\n")
     result = run_script("rollout.py", str(bad), "--out", str(tmp_path / "o.jsonl"), check=False)
-    assert result.returncode != 0
+    assert result.returncode == 2 and not (tmp_path / "o.jsonl").exists()
     assert f"{bad}:2: missing field 'ground_truth'" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -882,6 +883,8 @@ def test_eval_missing_file_and_frontend_without_clip_weights(tmp_path):
     (positive_float, {"0.5": 0.5, "3": 3.0, "1e-9": 1e-9}, ["0", "-0.0", "-1", "nan", "inf", "x"]),
     (non_negative_float, {"0": 0.0, "2.5": 2.5}, ["-0.1", "nan", "inf", "x"]),
     (fraction, {"1": 1.0, "0.25": 0.25}, ["0", "1.01", "-0.5", "nan", "x"]),
+    (fraction_or_zero, {"0": 0.0, "1": 1.0, "0.25": 0.25}, ["-0.1", "1.01", "nan", "x"]),
+    (at_least(2), {"2": 2, "16": 16}, ["1", "0", "2.5", "x"]),
 ])
 def test_cli_types_accept_their_range_only(check, accepted, refused):
     assert {text: check(text) for text in accepted} == accepted
@@ -907,7 +910,7 @@ def test_eval_refuses_to_overwrite_its_input(tmp_path):
     path = write_jsonl(tmp_path / "same.jsonl", [trajectory("def f(x):\n    return x * 2\n")])
     process = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), path, "--out", path],
                              capture_output=True, text=True, cwd=ROOT)
-    assert process.returncode != 0 and "never modifies its input" in process.stderr
+    assert process.returncode == 2 and "error: --out is the input file" in process.stderr
 
 
 # --- code extraction ---------------------------------------------------------------------------------
@@ -1296,10 +1299,11 @@ def test_critic_trains_on_untrimmed_official_replies_under_each_chat_template(tm
 def test_critic_without_pairs_or_rewards_exits_with_a_clear_message(tmp_path, tiny_model):
     ties = write_jsonl(tmp_path / "ties.jsonl", [scored(TIP_TASK, k, ["a"], 0.5) for k in range(3)])
     result = run_script("critic.py", ties, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
-    assert result.returncode != 0 and "no pairs" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "error: no pairs" in result.stderr and "Traceback" not in result.stderr
     unscored = write_jsonl(tmp_path / "unscored.jsonl", [{k: v for k, v in scored(TIP_TASK, 0, ["a"], 0.5).items() if k != "reward"}])
     result = run_script("critic.py", unscored, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
-    assert result.returncode != 0 and "no numeric 'reward'" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "no numeric 'reward'" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "c").exists()
 
 
 def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
@@ -1672,10 +1676,11 @@ def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model)
     failed = write_jsonl(tmp_path / "failed.scored.jsonl", SCORED[1:])
     result = run_script("policy.py", failed, "--method", "rft", "--model", tiny_model, "--out", str(tmp_path / "p"),
                         check=False)
-    assert result.returncode != 0 and "no successful trajectory" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "error: no successful trajectory" in result.stderr and "Traceback" not in result.stderr
     result = run_script("policy.py", failed, "--critic", str(tmp_path / "nowhere"), "--model", tiny_model,
                         "--out", str(tmp_path / "p"), check=False)
-    assert result.returncode != 0 and "no critic at" in result.stderr and "critic.py" in result.stderr
+    assert result.returncode == 2 and "error: no critic at" in result.stderr and "critic.py" in result.stderr
+    assert not (tmp_path / "p").exists()  # neither args.json nor an empty sft.jsonl
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task": {}}\n')
     result = run_script("policy.py", str(bad), "--model", tiny_model, check=False)
@@ -1775,6 +1780,101 @@ def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
     fsdp_logits = logits_of(str(tmp_path / "fsdp"))  # loaded as rollout.py --agent loads it
     assert torch.allclose(fsdp_logits, logits_of(str(tmp_path / "one")), atol=1e-4)
     assert not torch.allclose(fsdp_logits, logits_of(tiny_model), atol=1e-2)
+
+
+# ================================================================ every stage: bad arguments and bad input, refused at start
+
+@pytest.mark.parametrize("script, flag, value, allowed", [
+    ("rollout.py", "--samples", "0", "an integer >= 1"),
+    ("rollout.py", "--limit", "-1", "an integer >= 1"),
+    ("rollout.py", "--max-turns", "-1", "an integer >= 1"),
+    ("rollout.py", "--batch-size", "0", "an integer >= 1"),
+    ("rollout.py", "--max-new-tokens", "0", "an integer >= 1"),
+    ("rollout.py", "--temperature", "-1", "a finite number >= 0"),
+    ("critic.py", "--epochs", "0", "an integer >= 1"),
+    ("critic.py", "--batch-size", "0", "an integer >= 1"),
+    ("critic.py", "--eval-fraction", "2", "a number in [0, 1]"),
+    ("critic.py", "--lr", "0", "a finite number > 0"),
+    ("critic.py", "--beta", "-0.1", "a finite number > 0"),
+    ("critic.py", "--min-reward-gap", "-1", "a finite number >= 0"),
+    ("critic.py", "--max-length", "8", "an integer >= 32"),
+    ("policy.py", "--candidates", "1", "an integer >= 2"),
+    ("policy.py", "--candidates", "0", "an integer >= 2"),
+    ("policy.py", "--epochs", "0", "an integer >= 1"),
+    ("policy.py", "--data-fraction", "0", "a number in (0, 1]"),
+    ("policy.py", "--pairs-per-turn", "0", "an integer >= 1"),
+    ("policy.py", "--sample-batch-size", "0", "an integer >= 1"),
+    ("policy.py", "--temperature", "-0.5", "a finite number >= 0"),
+    ("policy.py", "--lr", "nan", "a finite number > 0"),
+    ("policy.py", "--beta", "0", "a finite number > 0"),
+    ("-m colbench.judge", "--candidates", "1", "an integer >= 2"),
+    ("-m colbench.warmstart", "--samples", "0", "an integer >= 1"),
+])
+def test_stages_refuse_a_bad_flag_value_at_parse_time(tmp_path, script, flag, value, allowed):
+    given = write_jsonl(tmp_path / "in.jsonl", [TIP_TASK])
+    critic_flag = ["--critic", str(tmp_path / "critic")] if "judge" in script else []  # judge requires one
+    result = run_script(*script.split(), given, "--out", str(tmp_path / "out"), *critic_flag, flag, value, check=False)
+    assert result.returncode == 2
+    assert f"error: argument {flag}: '{value}' is not {allowed}" in result.stderr and "Traceback" not in result.stderr
+    assert os.listdir(tmp_path) == ["in.jsonl"]
+
+
+def closed_port_url():
+    """The URL of a local port nothing listens on: bound, then released."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+def test_require_server_passes_a_live_server_and_refuses_a_dead_one_within_seconds(stub_server, capsys):
+    require_server("--agent", stub_server)
+    dead, start = closed_port_url(), time.monotonic()
+    with pytest.raises(SystemExit) as stopped:
+        require_server("--simulator", dead)
+    assert stopped.value.code == 2 and time.monotonic() - start < 5
+    assert f"error: --simulator {dead}: no OpenAI-compatible server answers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--agent", "--simulator"])
+def test_rollout_refuses_a_dead_server_before_loading_a_model(tmp_path, tiny_model, flag):
+    tasks, dead = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK]), closed_port_url()
+    models = {"--agent": tiny_model, "--simulator": "embedded", flag: dead}
+    result = run_script("rollout.py", tasks, "--agent", models["--agent"], "--simulator", models["--simulator"],
+                        "--out", str(tmp_path / "out.jsonl"), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {flag} {dead}: no OpenAI-compatible server answers" in result.stderr and "ConnectionError" in result.stderr
+    assert "forward passes" not in result.stdout  # no model was loaded
+    assert os.listdir(tmp_path) == ["tasks.jsonl"]
+
+
+def test_policy_refuses_a_dead_sampler_before_writing_anything(tmp_path):
+    scored_path = write_jsonl(tmp_path / "train.scored.jsonl", SCORED)
+    critic = tmp_path / "critic"
+    critic.mkdir()
+    (critic / "args.json").write_text("{}")
+    dead = closed_port_url()
+    result = run_script("policy.py", scored_path, "--critic", str(critic), "--sampler", dead,
+                        "--out", str(tmp_path / "p"), check=False)
+    assert result.returncode == 2 and f"error: --sampler {dead}: no OpenAI-compatible server answers" in result.stderr
+    assert "forward passes" not in result.stdout and not (tmp_path / "p").exists()
+
+
+def test_rollout_refuses_to_resume_into_a_file_that_is_not_trajectories(tmp_path, tiny_model):
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK])
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text(json.dumps(TIP_TASK) + "\n" + '{"task_id": "torn')  # a torn last line stays: nothing is cut
+    before = wrong.read_bytes()
+    result = run_script("rollout.py", tasks, "--agent", tiny_model, "--out", str(wrong), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {wrong}:1: missing field 'sample_idx'" in result.stderr
+    assert wrong.read_bytes() == before and "forward passes" not in result.stdout
+
+
+def test_resume_reads_replies_that_hold_unicode_line_separators(tmp_path):
+    out = tmp_path / "traj.jsonl"
+    out.write_text(json.dumps({"task_id": "t", "sample_idx": 0, "answer": "a\u2028b"}, ensure_ascii=False) + "\n",
+                   encoding="utf-8")  # json.dumps leaves U+2028 raw: str.splitlines() would cut the line there
+    assert finished_keys(str(out)) == {("t", 0)}
 
 
 # ================================================================ colbench/report.py: the HTML page of a run

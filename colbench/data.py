@@ -15,6 +15,17 @@ class DataError(ValueError):
     """A bad input file; the message says where (file:line) and what (field)."""
 
 
+def parse_record(line, where):
+    """One JSONL line as a JSON object; `where` is 'file:line'."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}: not valid JSON ({e.msg}, column {e.colno})") from None
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    return record
+
+
 def read_jsonl(path):
     """Return [(line_number, record), ...] for every non-blank line; each record a JSON object."""
     if not os.path.isfile(path):
@@ -22,15 +33,8 @@ def read_jsonl(path):
     rows = []
     with open(path, encoding="utf-8") as f:
         for line_number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{line_number}: not valid JSON ({e.msg}, column {e.colno})") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
-            rows.append((line_number, record))
+            if line.strip():
+                rows.append((line_number, parse_record(line, f"{path}:{line_number}")))
     if not rows:
         raise DataError(f"{path}: the file is empty")
     return rows
@@ -121,22 +125,26 @@ def default_output(input_path, suffix):
 def finished_keys(path):
     """(task_id, sample_idx) of every complete line already in `path`, for resuming.
 
-    A line torn by a kill (no final newline) is cut off, so the file stays valid JSONL.
+    A line torn by a kill (no final newline) is cut off, so the file stays valid JSONL; only once
+    every complete line is known to be a trajectory's, so a wrong --out is refused untouched.
     """
     if not os.path.exists(path):
         return set()
     with open(path, "rb") as f:
         content = f.read()
     complete = content[: content.rfind(b"\n") + 1]
+    keys = set()
+    # split("\n"), not splitlines(): a reply may hold U+2028 and the like, which json.dumps leaves raw.
+    for line_number, line in enumerate(complete.decode("utf-8", errors="replace").split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{line_number}"
+        record = parse_record(line, where)
+        keys.add((require(record, "task_id", (str, int), where), require(record, "sample_idx", int, where)))
     if len(complete) < len(content):
         print(f"resume: dropping a torn last line of {path}")
         with open(path, "r+b") as f:
             f.truncate(len(complete))
-    keys = set()
-    for line in complete.decode("utf-8").splitlines():
-        if line.strip():
-            record = json.loads(line)
-            keys.add((record["task_id"], record["sample_idx"]))
     return keys
 
 

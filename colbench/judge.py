@@ -21,7 +21,8 @@ import sys
 
 import torch
 
-from colbench.data import load_trajectories, write_jsonl
+from colbench.cli import at_least, fail, non_negative_float, non_negative_int, positive_int
+from colbench.data import DataError, load_trajectories, write_jsonl
 from colbench.env import ANSWER_MARKER, agent_messages, extract_answer
 from colbench.models import DTYPES, chat_text, compute_dtype, default_device, describe_dtype, load_model
 from critic import load_critic, ranking_quality, score_candidates
@@ -34,15 +35,23 @@ def main():
     parser.add_argument("--critic", action="append", required=True, help="a critic folder (repeat to compare)")
     parser.add_argument("--model", default="embedded", help="the policy that samples the candidates")
     parser.add_argument("--out", required=True, help="folder for the candidates and judge.json")
-    parser.add_argument("--candidates", type=int, default=8, help="replies sampled per turn state")
-    parser.add_argument("--max-states", type=int, default=40, help="turn states judged at most")
-    parser.add_argument("--max-turns", type=int, default=3, help="the rollouts' turn budget")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per sampled reply at most")
-    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
-    parser.add_argument("--sample-batch-size", type=int, default=16, help="sequences per batched generate call")
+    parser.add_argument("--candidates", type=at_least(2), default=8,
+                        help="replies sampled per turn state (2 at least: a ranking needs two)")
+    parser.add_argument("--max-states", type=positive_int, default=40, help="turn states judged at most")
+    parser.add_argument("--max-turns", type=positive_int, default=3, help="the rollouts' turn budget")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens per sampled reply at most")
+    parser.add_argument("--temperature", type=non_negative_float, default=0.7, help="sampling temperature")
+    parser.add_argument("--sample-batch-size", type=positive_int, default=16, help="sequences per batched generate call")
     parser.add_argument("--dtype", default="auto", choices=DTYPES, help="sampling and scoring precision")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the states and the sampling")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for the states and the sampling")
     args = parser.parse_args()
+    for critic_dir in args.critic:
+        if not os.path.isfile(os.path.join(critic_dir, "metrics.json")):
+            fail(f"--critic {critic_dir}: no critic there (no metrics.json): run critic.py first")
+    try:
+        trajectories = load_trajectories(args.scored)
+    except DataError as e:
+        fail(e)
     os.makedirs(args.out, exist_ok=True)
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
@@ -53,7 +62,7 @@ def main():
     # The states of tasks that no critic trained on: the held-out tasks of the first critic.
     with open(os.path.join(args.critic[0], "metrics.json")) as f:
         held_out = set(json.load(f)["eval_task_ids"])
-    states = [s for s in turn_states(load_trajectories(args.scored)) if s[0]["task_id"] in held_out]
+    states = [s for s in turn_states(trajectories) if s[0]["task_id"] in held_out]
     states = rng.sample(states, min(args.max_states, len(states)))
     model, tokenizer = load_model(args.model, device=device, dtype=dtype)
     prompts = [chat_text(tokenizer, agent_messages(t["task"], history, args.max_turns), add_generation_prompt=True)

@@ -16,6 +16,7 @@ import ast
 import re
 
 from colbench import frontend
+from colbench.cli import fail
 from colbench.data import task_kind
 from colbench.env import html_page
 from colbench.models import EndpointChat, open_chat
@@ -114,7 +115,7 @@ class ChatSimulator:
     def conversation(self, task, dialogue):
         if task_kind(task) == "frontend":
             if not isinstance(self.model, EndpointChat):
-                raise SystemExit("error: frontend tasks need --simulator embedded or the URL of a vision model server")
+                fail("frontend tasks need --simulator embedded or the URL of a vision model server")
             return frontend.vision_messages(task, dialogue)
         hidden = task["ground_truth"]
         if task.get("hidden_facts"):

@@ -22,7 +22,8 @@ import argparse
 import random
 import re
 
-from colbench.data import load_tasks, write_jsonl
+from colbench.cli import fail, non_negative_int, positive_int
+from colbench.data import DataError, load_tasks, write_jsonl
 from colbench.env import ANSWER_MARKER, Episode
 from colbench.simulators import EmbeddedSimulator
 
@@ -74,13 +75,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("tasks", help="training tasks JSONL (backend)")
     parser.add_argument("--out", required=True, help="trajectories JSONL to write")
-    parser.add_argument("--samples", type=int, default=1, help="dialogues per task")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the behaviours, questions and slips")
+    parser.add_argument("--samples", type=positive_int, default=1, help="dialogues per task")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for the behaviours, questions and slips")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     names, weights = list(BEHAVIOURS), list(BEHAVIOURS.values())
+    try:
+        tasks = load_tasks(args.tasks)
+    except DataError as e:
+        fail(e)
     rows = [scripted_dialogue(task, k, rng.choices(names, weights)[0], rng)
-            for task in load_tasks(args.tasks) for k in range(args.samples)]
+            for task in tasks for k in range(args.samples)]
     write_jsonl(args.out, rows)
     counts = {name: sum(row["behaviour"] == name for row in rows) for name in names}
     print(f"warm start: {len(rows)} scripted dialogues -> {args.out} | {counts}")
