@@ -1,16 +1,25 @@
 """Benchmarks: how much faster the project's stages run than the simple way of doing the same.
 
-    python bench.py            # prints each ratio, then one JSON line of all ratios
+    python bench.py                    # prints each ratio, then one JSON line of all (also in runs/bench.json)
+    python bench.py --quick            # the smallest sizes: checks that every benchmark runs, numbers mean nothing
+    python bench.py --only critic_peak_gb --only critic_batching
 
-Benchmarks, not tests: they take minutes and their numbers depend on the machine.
-
-eval_vs_inprocess: trajectories/s of evaluate.py (sandboxed, parallel) on generated trajectories,
-~10% of which hang on every test, over the official evaluator's way: `exec` the code in the
-evaluator's own process and time each test with SIGALRM, one trajectory after another.
-Target: >= 3x on 2 cores.
+Benchmarks, not tests: they take minutes and their numbers depend on the machine. Each run prints the
+CPU model and the precision each path computes in (models.compute_dtype: bf16 only where the hardware
+computes it natively), and records both in the JSON line.
 
 rollout_batching: tokens/s of the embedded agent stepping 8 dialogues with one batched `generate`
-per turn (what rollout.py does) over the same 8 dialogues one at a time. Target: >= 4x.
+per turn (what rollout.py does; a finished reply leaves the batch) over the same 8 dialogues one at a
+time. Target: >= 4x.
+
+critic_batching: critic training tokens/s, one optimizer step per task, with a task's trajectories
+batched as critic.py trains (`critic.task_logps`: their shared beginning encoded once, its KV cache
+serving all of them) over one forward pass per trajectory (`critic.sequence_logps`); same data, same
+steps, same starting weights. Target: >= 1x.
+
+critic_peak_gb: peak resident memory (GB, 10^9 bytes) of critic.py training the embedded model on
+one pair of 1024-token dialogues, read from the finished child's rusage; also with
+--gradient-checkpointing (critic_peak_gb_checkpointing). Target: <= 5 GB.
 
 prefix_scoring: the critic scoring 16 candidate replies (~100 tokens) of one state whose
 history is ~1000 tokens, once with critic.py's shared-history KV cache and once as 16 full
@@ -20,11 +29,17 @@ dpo_vs_trl: one DPO + NLL epoch of policy.py against TRL's DPOTrainer on the sam
 model, batch size and precision (bf16 autocast), each with its reference log-probs computed once
 (TRL: precompute_ref_log_probs); TRL's time over ours. Target: >= 1x. TRL is needed only
 here: bench.py installs it when missing (it is not in requirements.txt).
+
+eval_vs_inprocess: trajectories/s of evaluate.py (sandboxed, parallel) on generated trajectories,
+~10% of which hang on every test, over the official evaluator's way: `exec` the code in the
+evaluator's own process and time each test with SIGALRM, one trajectory after another.
+Target: >= 3x on 2 cores.
 """
 import argparse
 import importlib.util
 import json
 import os
+import platform
 import random
 import subprocess
 import sys
@@ -33,9 +48,17 @@ import time
 
 import torch
 
-from colbench.models import load_model, token_logps, tokenize_turns
+from colbench.models import autocast, compute_dtype, embedded_model_dir, load_model, token_logps, tokenize_turns
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+RATIOS = ("rollout_batching", "critic_batching", "critic_peak_gb", "prefix_scoring",
+          "dpo_vs_trl", "eval_vs_inprocess")
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("--quick", action="store_true",
+                    help="the smallest sizes, to check that the benchmarks run; their numbers mean nothing")
+parser.add_argument("--only", action="append", choices=RATIOS, help="run only this benchmark (repeatable; default: all)")
+parser.add_argument("--out", default=os.path.join("runs", "bench.json"), help="file the JSON line is written to")
 
 # The official evaluator's way, in a few lines (run in a child process, so that even this baseline
 # keeps the generated code out of the benchmark's own process).
@@ -98,11 +121,11 @@ def make_trajectories(path, tasks=50, samples=10, tests=4, hang_fraction=0.1, se
     return tasks * samples
 
 
-def bench_eval_vs_inprocess(timeout=0.5):
+def bench_eval_vs_inprocess(timeout=0.5, tasks=50, samples=10):
     """Ratio of trajectories/s: evaluate.py over the sequential in-process exec + SIGALRM way."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "bench.traj.jsonl")
-        count = make_trajectories(path)
+        count = make_trajectories(path, tasks, samples)
         print(f"eval_vs_inprocess: {count} trajectories, ~10% hanging on every test, "
               f"timeout {timeout} s per test, {os.cpu_count()} cores")
         start = time.monotonic()
@@ -153,13 +176,13 @@ def timed(function):
     return time.perf_counter() - start
 
 
-def bench_prefix_scoring(candidates=16, history_tokens=1000, reply_tokens=100):
+def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
     from critic import Critic, critic_messages, score_candidates, sequence_logps, turn_advantages
     from colbench.data import load_tasks
     rng = random.Random(0)
     task = load_tasks("colbench/data/backend_train.jsonl")[0]
     history = [{"role": "user", "content": task["problem_description"]}]
-    for _ in range(4):  # with c, the prompts and the problem: a ~1000-token history
+    for _ in range(exchanges):  # 4, with c, the prompts and the problem: a ~1000-token history
         history += [{"role": "assistant", "content": words(90, rng) + "?"}, {"role": "user", "content": words(90, rng)}]
     replies = [words(reply_tokens, rng) for _ in range(candidates)]
     torch.manual_seed(0)
@@ -236,7 +259,6 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
     return trl_s / ours_s
 
 
-
 def bench_rollout_batching(dialogues=8, max_new_tokens=64):
     """Tokens/s of one batched agent turn over 8 dialogues vs the same 8 turns one at a time."""
     from colbench.data import load_tasks
@@ -261,13 +283,147 @@ def bench_rollout_batching(dialogues=8, max_new_tokens=64):
     return round(batched / one_by_one, 2)
 
 
-def main():
-    ratios = {"rollout_batching": bench_rollout_batching(),
-              "prefix_scoring": round(bench_prefix_scoring(), 2),
-              "dpo_vs_trl": round(bench_dpo_vs_trl(), 2),
-              "eval_vs_inprocess": bench_eval_vs_inprocess()}
-    print(json.dumps(ratios))
+def critic_views(tokenizer, tasks, samples, turn_tokens, rng):
+    """For each task, `samples` made-up dialogues of two agent turns as the critic sees them: (ids, spans)."""
+    from critic import critic_messages
+    views = []
+    for task in tasks:
+        views.append([])
+        for _ in range(samples):
+            dialogue = [{"role": "user", "content": task["problem_description"]},
+                        {"role": "assistant", "content": words(turn_tokens, rng) + "?"},
+                        {"role": "user", "content": words(turn_tokens // 2, rng)},
+                        {"role": "assistant", "content": "I WANT TO ANSWER: " + words(turn_tokens, rng)}]
+            views[-1].append(tokenize_turns(tokenizer, critic_messages(task, dialogue)))
+    return views
+
+
+def bench_critic_batching(tasks=5, samples=6, turn_tokens=60):
+    """Critic training tokens/s: a task's trajectories through critic.task_logps over one sequence_logps each."""
+    from colbench.data import load_tasks
+    from critic import bradley_terry_loss, sequence_logps, task_logps, turn_advantages
+    dtype, why = compute_dtype("auto")
+    tokenizer = load_model(None)[1]
+    views = critic_views(tokenizer, load_tasks(os.path.join(HERE, "colbench", "data", "backend_train.jsonl"))[:tasks],
+                         samples, turn_tokens, random.Random(0))
+    tokens = sum(len(ids) for task in views[1:] for ids, _ in task)
+    reference_model = load_model(None)[0]  # π_ref: the same starting weights, frozen
+    with torch.no_grad(), autocast(reference_model.device, dtype):
+        reference = [[sequence_logps(reference_model, [ids])[0] for ids, _ in task] for task in views]
+    del reference_model
+
+    def train(logps_of):
+        """The first task untimed (warm-up), then one optimizer step per task: seconds, losses."""
+        torch.manual_seed(0)
+        model = load_model(None, trainable=True)[0]
+        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.0)
+        losses, start = [], None
+        for task, task_reference in zip(views, reference):
+            optimizer.zero_grad()
+            with autocast(model.device, dtype):
+                logps = logps_of(model, task)
+            scores = torch.stack([turn_advantages(row, ref, spans).sum()
+                                  for row, ref, (_, spans) in zip(logps, task_reference, task)])
+            loss = bradley_terry_loss(scores[0::2], scores[1::2], beta=0.1)  # pairs: each even sample over the next
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(loss.item())
+            start = start or time.perf_counter()
+        return time.perf_counter() - start, losses
+
+    batched_s, batched_losses = train(lambda model, task: task_logps(model, [ids for ids, _ in task],
+                                                                     min(spans[0][0] for _, spans in task)))
+    single_s, single_losses = train(lambda model, task: [sequence_logps(model, [ids])[0] for ids, _ in task])
+    assert max(abs(a - b) for a, b in zip(batched_losses, single_losses)) < 1e-2, "the two ways must train alike"
+    batched, single = tokens / batched_s, tokens / single_s
+    print(f"critic_batching: {tasks - 1} steps of {samples} trajectories (~{tokens // ((tasks - 1) * samples)} tokens each), "
+          f"{'bf16' if dtype == torch.bfloat16 else 'fp32'} ({why}): a task batched {batched:.1f} tokens/s, "
+          f"one trajectory at a time {single:.1f} tokens/s -> {batched / single:.2f}x (target >= 1x)")
+    return round(batched / single, 2)
+
+
+def dialogue_of_length(tokenizer, task, length, rng):
+    """A made-up dialogue whose critic view is about `length` tokens: two exchanges, the last reply filled up."""
+    from critic import critic_messages
+    dialogue = [{"role": "user", "content": task["problem_description"]}]
+    for _ in range(2):
+        dialogue += [{"role": "assistant", "content": words(30, rng) + "?"}, {"role": "user", "content": words(20, rng)}]
+    so_far = len(tokenize_turns(tokenizer, critic_messages(task, dialogue + [{"role": "assistant", "content": ""}]))[0])
+    filler = tokenizer(words(2 * length, rng), add_special_tokens=False)["input_ids"][: max(1, length - so_far)]
+    return dialogue + [{"role": "assistant", "content": tokenizer.decode(filler)}]
+
+
+def bench_critic_peak_gb(length=1024):
+    """Peak resident memory of critic.py on one pair of `length`-token dialogues, without and with
+    gradient checkpointing: {name: GB}."""
+    from transformers import AutoTokenizer
+    from colbench.data import load_tasks, write_jsonl
+    from critic import critic_messages
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
+    task = load_tasks(os.path.join(HERE, "colbench", "data", "backend_train.jsonl"))[0]
+    rng = random.Random(0)
+    records = [{"task_id": task["task_id"], "sample_idx": i, "task": task, "reward": 1.0 - i,
+                "dialogue_history": dialogue_of_length(tokenizer, task, length, rng), "answer": ""} for i in range(2)]
+    lengths = [len(tokenize_turns(tokenizer, critic_messages(task, r["dialogue_history"]))[0]) for r in records]
+    dtype, why = compute_dtype("auto")
+    print(f"critic_peak_gb: critic.py, 1 pair of {' and '.join(map(str, lengths))} tokens, "
+          f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'} ({why})")
+    peaks = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        scored = os.path.join(tmp, "pair.scored.jsonl")
+        write_jsonl(scored, records)
+        for name, extra in (("critic_peak_gb", []), ("critic_peak_gb_checkpointing", ["--gradient-checkpointing"])):
+            with open(os.path.join(tmp, f"{name}.log"), "w") as log:
+                child = subprocess.Popen([sys.executable, os.path.join(HERE, "critic.py"), scored, "--out", os.path.join(tmp, name),
+                                          "--epochs", "1", "--eval-fraction", "0", "--max-length", str(max(lengths)), *extra],
+                                         stdout=log, stderr=subprocess.STDOUT)
+                _, status, usage = os.wait4(child.pid, 0)  # this child's own peak, not any earlier child's
+            if status != 0:
+                with open(os.path.join(tmp, f"{name}.log")) as log:
+                    raise SystemExit(f"critic.py failed:\n{log.read()[-2000:]}")
+            peaks[name] = round(usage.ru_maxrss * 1024 / 1e9, 2)  # ru_maxrss is in KiB on Linux
+            print(f"  {' '.join(extra) or 'plain'}: peak {peaks[name]:.2f} GB (target <= 5 GB)")
+    return peaks
+
+
+def cpu_model():
+    """The CPU's model name as /proc/cpuinfo (Linux) or the platform module tells it."""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def main(args):
+    quick = args.quick  # sizes that only check that each benchmark runs
+    dtype, why = compute_dtype("auto")
+    precision = "bf16" if dtype == torch.bfloat16 else "fp32"
+    machine = {"cpu": cpu_model(), "cores": os.cpu_count(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+               "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+    print(f"machine: {json.dumps(machine)}")
+    print(f"precision: local agent, critic and prefix scoring {precision} ({why}); dpo_vs_trl: bf16 autocast on both sides")
+    benchmarks = {
+        "rollout_batching": lambda: bench_rollout_batching(*((2, 8) if quick else ())),
+        "critic_batching": lambda: bench_critic_batching(*((2, 2, 10) if quick else ())),
+        "critic_peak_gb": lambda: bench_critic_peak_gb(*((256,) if quick else ())),
+        "prefix_scoring": lambda: round(bench_prefix_scoring(*((4, 1, 10) if quick else ())), 2),
+        "dpo_vs_trl": lambda: round(bench_dpo_vs_trl(*((2, 2, 20, 10) if quick else ())), 2),
+        "eval_vs_inprocess": lambda: bench_eval_vs_inprocess(*((0.5, 4, 5) if quick else ())),
+    }
+    results = {"quick": quick, **machine, "dtype": precision, "dtype_why": why}
+    for name in args.only or RATIOS:
+        result = benchmarks[name]()
+        results.update(result if isinstance(result, dict) else {name: result})
+    line = json.dumps(results)
+    print(line)
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(line + "\n")
+    print(f"-> {args.out}")
 
 
 if __name__ == "__main__":
-    main()
+    main(parser.parse_args())

@@ -32,7 +32,8 @@ from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_flo
                           positive_int, require_server)
 from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, LAST_TURN_NOTE, PROMPT_STYLES, TURN_BUDGET_NOTE, Episode, html_page
-from colbench.models import EndpointChat, Reply, chat_text, load_model, tokenize_turns
+from colbench.models import (EndpointChat, Reply, chat_text, load_model, sample_plain, sample_shrinking_batch,
+                             tokenize_turns)
 from colbench.render import render
 from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value
 from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
@@ -355,6 +356,31 @@ def test_rollout_with_url_agent_and_url_simulator(tmp_path, stub_server):
     assert len(records["other"]["dialogue_history"]) == 4  # asked, was answered, then had to answer
     assert json.loads(records["tip"]["dialogue_history"][1]["input"])[0]["role"] == "system"
     assert "tokens generated" in result.stdout
+
+
+def test_shrinking_batch_sampling_gives_model_generate_tokens_under_greedy(tiny_model):
+    model, tokenizer = load_model(tiny_model)
+    torch.manual_seed(0)
+    with torch.no_grad():  # the fixture's small initial weights make every greedy reply one repeated token
+        for weight in model.parameters():
+            if weight.dim() > 1:
+                weight.normal_(0, 0.5)
+    prompts = [chat_text(tokenizer, [{"role": "user", "content": text}], add_generation_prompt=True) for text in
+               ("What is the tip?", "def f(x):", "Round to 2 decimal places. I WANT TO ANSWER", "x", "18 percent.")]
+    tokenizer.padding_side = "left"
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    assert len(set(batch["attention_mask"].sum(-1).tolist())) > 1  # rows carry different amounts of left padding
+    # A random model hardly ever ends a turn: the token found in the most replies serves as the
+    # end-of-turn token instead, so that rows finish at different steps.
+    unstopped = sample_plain(model, batch["input_ids"], batch["attention_mask"], 16, 0, tokenizer.eos_token_id)
+    stop = Counter(token for row in unstopped for token in dict.fromkeys(row[1:])).most_common(1)[0][0]
+    plain = sample_plain(model, batch["input_ids"], batch["attention_mask"], 16, 0, stop)
+    lengths = [len(row) for row in plain]
+    assert len(set(lengths)) >= 3 and 16 in lengths and min(lengths) < 16
+    assert sample_shrinking_batch(model, batch["input_ids"], batch["attention_mask"], 16, 0, stop) == plain
+    torch.manual_seed(1)
+    sampled = sample_shrinking_batch(model, batch["input_ids"], batch["attention_mask"], 16, 1.0, stop)
+    assert sampled != plain and all(len(row) == 16 or row.index(stop) == len(row) - 1 for row in sampled)
 
 
 def test_turn_spans_select_exactly_the_assistant_tokens(tiny_model):

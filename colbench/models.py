@@ -212,21 +212,65 @@ class LocalChat:
         return [Reply(text, prompt, n) for text, prompt, n in zip(texts, prompts, counts)]
 
 
-def generate(model, tokenizer, prompts, max_new_tokens, temperature):
-    """Batched sampling (left padding; greedy at temperature 0) -> (texts, generated token counts)."""
+def generate(model, tokenizer, prompts, max_new_tokens, temperature, shrinking_batch=True):
+    """Batched sampling (left padding; greedy at temperature 0, else plain sampling: top_p 1, top_k 0)
+    -> (texts, generated token counts). Runs `sample_shrinking_batch`, where a finished reply stops
+    costing compute; shrinking_batch=False runs `sample_plain` (transformers' `model.generate`), the
+    definition the fast path is tested against."""
     tokenizer.padding_side = "left"
     batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    sample = sample_shrinking_batch if shrinking_batch else sample_plain
+    rows = sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens, temperature, tokenizer.eos_token_id)
+    return [tokenizer.decode(row, skip_special_tokens=True).strip() for row in rows], [len(row) for row in rows]
+
+
+@torch.no_grad()
+def sample_plain(model, input_ids, attention_mask, max_new_tokens, temperature, eos_token_id):
+    """The new token ids of each left-padded prompt, by `model.generate`: a row ends with its first
+    end-of-turn token, or after max_new_tokens. The batch runs until its longest reply ends."""
     sampling = dict(do_sample=True, temperature=temperature, top_p=1.0, top_k=0) if temperature > 0 else dict(do_sample=False)
-    output = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                            eos_token_id=tokenizer.eos_token_id, **sampling)
-    new_tokens = output[:, batch["input_ids"].shape[1]:]
-    texts, counts = [], []
-    for row in new_tokens.tolist():
-        if tokenizer.eos_token_id in row:  # keep up to and including the first end-of-turn token
-            row = row[: row.index(tokenizer.eos_token_id) + 1]
-        counts.append(len(row))
-        texts.append(tokenizer.decode(row, skip_special_tokens=True).strip())
-    return texts, counts
+    # Padding after a finished reply is cut off below, so the end-of-turn id serves as the pad id.
+    output = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
+                            pad_token_id=eos_token_id, eos_token_id=eos_token_id, **sampling)
+    rows = []
+    for row in output[:, input_ids.shape[1]:].tolist():
+        rows.append(row[: row.index(eos_token_id) + 1] if eos_token_id in row else row)
+    return rows
+
+
+@torch.no_grad()
+def sample_shrinking_batch(model, input_ids, attention_mask, max_new_tokens, temperature, eos_token_id):
+    """sample_plain's rows, the fast way: a sampling loop over a KV cache in which a row that ends its
+    reply leaves the batch, its cached keys and values with it, so only unfinished replies cost compute.
+    Greedy decoding gives sample_plain's tokens (up to the rounding of smaller batches); sampling draws
+    from the same distribution with its own random stream. The model's generation_config is not read."""
+    rows = [[] for _ in range(len(input_ids))]
+    live = list(range(len(input_ids)))  # the prompt each batch row belongs to
+    # Left padding: a row's positions count its own tokens from 0, as model.generate numbers them.
+    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    inputs, cache = input_ids, None
+    for _ in range(max_new_tokens):
+        output = model(input_ids=inputs, attention_mask=attention_mask, position_ids=positions,
+                       past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache, logits = output.past_key_values, output.logits[:, -1].float()
+        if temperature > 0:
+            next_tokens = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1).squeeze(-1)
+        else:
+            next_tokens = logits.argmax(dim=-1)
+        for prompt, token in zip(live, next_tokens.tolist()):
+            rows[prompt].append(token)
+        going = next_tokens != eos_token_id
+        if not going.all():
+            keep = going.nonzero().squeeze(-1)
+            if len(keep) == 0:
+                break
+            cache.batch_select_indices(keep)
+            live = [live[i] for i in keep.tolist()]
+            next_tokens, attention_mask, positions = next_tokens[keep], attention_mask[keep], positions[keep]
+        inputs = next_tokens.unsqueeze(-1)
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(live), 1)], dim=-1)
+        positions = positions[:, -1:] + 1
+    return rows
 
 
 class EndpointChat:
