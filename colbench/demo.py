@@ -33,10 +33,10 @@ from colbench.stats import bootstrap_mean_ci
 # Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with
 # hidden constants), three agent turns, short replies.
 SETTINGS = {
-    "demo": dict(rl_tasks=36, samples=6, test_samples=7, max_turns=3, max_new_tokens=64, temperature=0.7,
-                 warm_lr=5e-5, critic_epochs=1, critic_lr=2e-5, candidates=8, pairs_per_turn=2, data_fraction=0.2,
+    "demo": dict(rl_tasks=45, samples=5, test_samples=7, max_turns=3, max_new_tokens=64, temperature=0.7,
+                 warm_lr=5e-5, critic_epochs=1, critic_lr=5e-5, candidates=8, pairs_per_turn=2, data_fraction=0.15,
                  policy_lr=2e-5, judge_states=40, methods=["sweet"]),
-    "experiment": dict(rl_tasks=72, samples=6, test_samples=10, max_turns=3, max_new_tokens=64, temperature=0.7,
+    "experiment": dict(rl_tasks=45, samples=10, test_samples=10, max_turns=3, max_new_tokens=64, temperature=0.7,
                        warm_lr=5e-5, critic_epochs=2, critic_lr=2e-5, candidates=16, pairs_per_turn=4,
                        data_fraction=0.25, policy_lr=2e-5, judge_states=80,
                        methods=["rft", "mt-dpo", "sweet", "sweet-no-normalize"]),
@@ -57,10 +57,10 @@ def run(*command, done_when):
     print(f"[{time.time() - started:.0f} s]", flush=True)
 
 
-def easy_tasks(source, path, every=1):
-    """The easy-tier tasks of a shipped task file (every `every`-th one), written to `path`."""
+def easy_tasks(source, path):
+    """The easy-tier tasks of a shipped task file, written to `path`."""
     if not os.path.exists(path):
-        write_jsonl(path, [t for t in load_tasks(source) if t.get("tier") == "easy"][::every])
+        write_jsonl(path, [t for t in load_tasks(source) if t.get("tier") == "easy"])
     return path
 
 
@@ -77,11 +77,13 @@ def main():
     started = time.time()
     print(f"{name}: {json.dumps(s)} -> {out}", flush=True)
 
-    warm_tasks = easy_tasks("colbench/data/backend_train.jsonl", path("warm_tasks.jsonl"))
-    rl_tasks = path("train_tasks.jsonl")
+    # The easy training tasks, split in two: a third for the RL data, the rest for the warm start. The
+    # warm start memorizes its tasks' constants, so RL data on them would not show what asking is worth.
+    training = [t for t in load_tasks("colbench/data/backend_train.jsonl") if t.get("tier") == "easy"]
+    warm_tasks, rl_tasks = path("warm_tasks.jsonl"), path("train_tasks.jsonl")
     if not os.path.exists(rl_tasks):
-        tasks = load_tasks(warm_tasks)
-        write_jsonl(rl_tasks, tasks[:: max(1, len(tasks) // s["rl_tasks"])][: s["rl_tasks"]])
+        write_jsonl(warm_tasks, [t for i, t in enumerate(training) if i % 3])
+        write_jsonl(rl_tasks, [t for i, t in enumerate(training) if i % 3 == 0][: s["rl_tasks"]])
     test = easy_tasks("colbench/data/backend_test.jsonl", path("test_tasks.jsonl"))
     sampling = ["--max-turns", str(s["max_turns"]), "--max-new-tokens", str(s["max_new_tokens"]),
                 "--temperature", str(s["temperature"])]
@@ -97,7 +99,9 @@ def main():
     run("evaluate.py", path("train.traj.jsonl"), "--out", path("train.scored.jsonl"),
         "--summary-json", path("train.summary.json"), done_when=path("train.scored.jsonl"))
     # 2. The critic, with the reference solution and without it (and without normalization).
-    critics = ["reference", "no_reference"] + ["no_normalize"] * ("sweet-no-normalize" in s["methods"])
+    critics = ["reference", "no_reference"]
+    if "sweet-no-normalize" in s["methods"]:
+        critics.append("no_normalize")
     for critic in critics:
         run("critic.py", path("train.scored.jsonl"), "--model", path("warm"), "--out", path(f"critic_{critic}"),
             "--epochs", str(s["critic_epochs"]), "--lr", str(s["critic_lr"]), "--eval-fraction", "0.5",
