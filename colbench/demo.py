@@ -35,10 +35,10 @@ from colbench.stats import bootstrap_mean_ci
 SETTINGS = {
     "demo": dict(rl_tasks=45, samples=5, test_samples=7, max_turns=3, max_new_tokens=64, temperature=0.7,
                  warm_lr=5e-5, critic_epochs=1, critic_lr=5e-5, candidates=8, pairs_per_turn=2, data_fraction=0.15,
-                 policy_lr=2e-5, judge_states=40, methods=["sweet"]),
+                 policy_lr=5e-6, judge_states=40, methods=["sweet"]),
     "experiment": dict(rl_tasks=45, samples=10, test_samples=10, max_turns=3, max_new_tokens=64, temperature=0.7,
                        warm_lr=5e-5, critic_epochs=2, critic_lr=2e-5, candidates=16, pairs_per_turn=4,
-                       data_fraction=0.25, policy_lr=2e-5, judge_states=80,
+                       data_fraction=0.25, policy_lr=5e-6, judge_states=80,
                        methods=["rft", "mt-dpo", "sweet", "sweet-no-normalize"]),
 }
 METHOD_NAMES = {"zero-shot": "starting policy (warm start)", "rft": "Rejection Fine-Tuning",
