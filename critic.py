@@ -1,4 +1,4 @@
-"""Stage 3 of SWEET-RL: a step-level critic trained with a Bradley-Terry loss, shown the reference solution.
+"""Stage 3 of SWEET-RL: a step-level critic trained with a Bradley-Terry loss, shown the task's solution c.
 
     python critic.py runs/backend_train.scored.jsonl                 # -> runs/backend_train.critic/
 
@@ -6,8 +6,8 @@ Input: scored trajectories (evaluate.py's output, or an official ColBench offlin
 `reward` on each line). Two trajectories of one task whose rewards differ make a pair, the
 higher-reward one being chosen (--pairing official: the official scripts' stricter rule, see
 `preference_pairs`). The critic is a causal LM, with its own LM head and no value head.
-It reads the reference solution c, which the agent never saw, then the agent's system prompt and
-the dialogue. Its advantage for agent turn t is a log-ratio against its own frozen initial weights
+It reads the solution c (the task's reference solution, `ground_truth`), which the agent never saw,
+then the agent's system prompt and the dialogue. Its advantage for agent turn t is a log-ratio against its own frozen initial weights
 π_ref, averaged over the turn's tokens (paper Eq. 3):
 
     A(o_t, a_t, c) = mean over the tokens l of a_t of [log π_θ(a_t^l | o_t, a_t^<l, c) − log π_ref(a_t^l | ...)]
@@ -33,7 +33,7 @@ Where this departs from the paper or the official code:
 - A dialogue longer than --max-length loses its oldest exchanges first, then the tail of c. A
   warning always says so, and the dropped turns do not count in the score.
 - Frontend design tasks (c is an HTML page): this is a text critic over the dialogue, with the
-  reference HTML as c. The paper's frontend critic was a vision-language model with a regression
+  reference page's HTML as c. The paper's frontend critic was a vision-language model with a regression
   head.
 """
 import argparse
@@ -75,8 +75,8 @@ parser.add_argument("--pairing", default="all", choices=PAIRINGS,
                          "(the official scripts' rule; see preference_pairs)")
 parser.add_argument("--max-length", type=at_least(MIN_LENGTH), default=2048,
                     help="tokens per critic sequence at most; the oldest turns go first")
-parser.add_argument("--no-reference", action="store_true",
-                    help="leave out the reference solution c (ablation: w/o training-time information)")
+parser.add_argument("--no-solution", "--no-reference", action="store_true",  # --no-reference: its old name
+                    help="leave out the solution c (ablation: w/o training-time information)")
 parser.add_argument("--no-normalize", action="store_true",
                     help="sum over a turn's tokens instead of averaging (ablation: w/o normalization)")
 parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass to save memory")
@@ -86,38 +86,38 @@ parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="forward passes; auto: bf16 autocast where the hardware computes bf16 natively, else fp32")
 parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for the split, the pair order and the model")
 
-REFERENCE_HEADER = "Reference solution (shown to you, never to the assistant):\n"
+SOLUTION_HEADER = "Reference solution (shown to you, never to the assistant):\n"
 
 
 # ---------------------------------------------------------------- the critic's view of a dialogue
 
-def critic_messages(task, dialogue, use_reference=True):
-    """The critic's prompt: one system message holding the reference solution c (when
-    `use_reference`) followed by the agent's system prompt, then the dialogue turns."""
+def critic_messages(task, dialogue, use_solution=True):
+    """The critic's prompt: one system message holding the solution c (when `use_solution`)
+    followed by the agent's system prompt, then the dialogue turns."""
     messages = agent_messages(task, dialogue)
-    if use_reference:
-        c = REFERENCE_HEADER + task["ground_truth"].strip() + "\n\n"
+    if use_solution:
+        c = SOLUTION_HEADER + task["ground_truth"].strip() + "\n\n"
         messages[0] = {"role": "system", "content": c + messages[0]["content"]}
     return messages
 
 
-def fit_to_length(tokenizer, task, dialogue, use_reference, max_length):
+def fit_to_length(tokenizer, task, dialogue, use_solution, max_length):
     """(ids, agent-turn spans, agent turns dropped, what was cut or '') of the critic's view, cut to
     `max_length` tokens: the oldest (user, agent) exchanges go first, then the tail of c."""
-    reference = tokenizer(task["ground_truth"], add_special_tokens=False)["input_ids"]
-    dropped, reference_kept = 0, len(reference)
+    solution = tokenizer(task["ground_truth"], add_special_tokens=False)["input_ids"]
+    dropped, solution_kept = 0, len(solution)
     while True:
-        ids, spans = tokenize_turns(tokenizer, critic_messages(task, dialogue, use_reference))
+        ids, spans = tokenize_turns(tokenizer, critic_messages(task, dialogue, use_solution))
         excess = len(ids) - max_length
         agent_turns = [i for i, turn in enumerate(dialogue) if turn["role"] == "assistant"]
         if excess > 0 and len(agent_turns) > 1:  # the dialogue then opens with the human's reply to the dropped turn
             dialogue, dropped = dialogue[agent_turns[0] + 1:], dropped + 1
-        elif excess > 0 and use_reference and reference_kept > 0:
-            reference_kept = max(0, reference_kept - excess - 4)  # slack: cut text re-tokenizes a little differently
-            task = dict(task, ground_truth=tokenizer.decode(reference[:reference_kept]) + "\n[... cut]")
+        elif excess > 0 and use_solution and solution_kept > 0:
+            solution_kept = max(0, solution_kept - excess - 4)  # slack: cut text re-tokenizes a little differently
+            task = dict(task, ground_truth=tokenizer.decode(solution[:solution_kept]) + "\n[... cut]")
         else:
             cuts = [f"dropped the oldest {dropped} agent turn(s)"] * (dropped > 0)
-            cuts += [f"cut the reference solution to {reference_kept} tokens"] * (reference_kept < len(reference))
+            cuts += [f"cut the reference solution to {solution_kept} tokens"] * (solution_kept < len(solution))
             cuts += [f"still {len(ids)} tokens, kept whole"] * (excess > 0)
             return ids, spans, dropped, ", ".join(cuts)
 
@@ -230,7 +230,7 @@ class Critic:
     model: torch.nn.Module            # the trained critic π_θ, frozen
     reference_model: torch.nn.Module  # π_ref: the initial weights it was trained from
     tokenizer: object
-    use_reference: bool = True
+    use_solution: bool = True
     normalize: bool = True
     dtype: torch.dtype = torch.float32  # of the forward passes (fp32 weights, autocast to bf16 as in training)
 
@@ -246,7 +246,9 @@ def load_critic(critic_dir, device=None, dtype=torch.float32):
     reference_model, _ = load_model(base, device=device)
     for frozen in (model, reference_model):
         frozen.eval()
-    return Critic(model, reference_model, tokenizer, not saved["no_reference"], not saved["no_normalize"], dtype)
+    # Folders written before --no-reference was renamed --no-solution say `no_reference`.
+    no_solution = saved["no_solution"] if "no_solution" in saved else saved["no_reference"]
+    return Critic(model, reference_model, tokenizer, not no_solution, not saved["no_normalize"], dtype)
 
 
 @torch.no_grad()
@@ -257,7 +259,7 @@ def score_candidates(critic, task, history, candidates):
     if not candidates:
         return []
     encoded = [tokenize_turns(critic.tokenizer, critic_messages(
-        task, history + [{"role": "assistant", "content": reply}], critic.use_reference)) for reply in candidates]
+        task, history + [{"role": "assistant", "content": reply}], critic.use_solution)) for reply in candidates]
     sequences = [ids for ids, _ in encoded]
     reply_start = min(spans[-1][0] for _, spans in encoded)
     with autocast(critic.model.device, critic.dtype):
@@ -337,12 +339,12 @@ def main(args):
     # torchrun: DDP replicas, or with --fsdp `model` itself sharded. Wrapped before π_ref is computed, so
     # that π_ref's forward passes are training's (FSDP: bf16 weights where `dtype` is bf16).
     trained = distributed.wrap(model, args.fsdp, dtype)
-    use_reference, normalize = not args.no_reference, not args.no_normalize
+    use_solution, normalize = not args.no_solution, not args.no_normalize
 
     # Tokenize each trajectory once; spans locate its agent turns.
     encoded, cut = {}, 0
     for t in used:
-        ids, spans, dropped, note = fit_to_length(tokenizer, t["task"], t["dialogue_history"], use_reference, args.max_length)
+        ids, spans, dropped, note = fit_to_length(tokenizer, t["task"], t["dialogue_history"], use_solution, args.max_length)
         encoded[key(t)] = {"ids": ids, "spans": spans, "first_turn": dropped}
         if note:
             cut += 1

@@ -23,7 +23,7 @@ len(broken_tests)). The shipped tasks have no broken test.
 
 Unlike the official evaluator, no model-written code (reference solutions included) runs in this
 process: everything runs in colbench/sandbox.py, which sends the return values back as plain data,
-and the comparison happens here. Reference values are computed once per task.
+and the comparison happens here. The expected values (the reference function's) are computed once per task.
 
 --official-scoring applies the official evaluator's rules where they differ from ours (the paper's
 numbers came from it): the code is the answer's first ```python block (else its first ``` block, else
@@ -155,35 +155,36 @@ def in_function_scope(code, calls):
 
 
 # --- backend scoring -------------------------------------------------------------------------------
-def broken_reason(reference):
-    """Why a test cannot count, from the reference's result on it; None when it has a value to compare with."""
-    if reference.get("value") is not None:
+def broken_reason(expected):
+    """Why a test cannot count, from the reference function's result on it (`expected`); None when it
+    has a value to compare with."""
+    if expected.get("value") is not None:
         return None
-    if "value" in reference:
+    if "value" in expected:
         return "reference returned None"  # the official rule never counts it
-    error, detail = reference.get("error", "crashed"), reference.get("detail", "")
+    error, detail = expected.get("error", "crashed"), expected.get("detail", "")
     if error == "exception":
         return f"reference raised {detail}"
     return f"reference: {error}" + (f" ({detail})" if detail else "")
 
 
-def broken_tests(task, reference):
-    """{test name: why it cannot count} for the task's tests whose reference gave no value."""
-    reasons = {name: broken_reason(reference.get(name, {"error": "crashed"})) for name in task["test_cases"]}
+def broken_tests(task, expected_results):
+    """{test name: why it cannot count} for the task's tests whose reference function gave no value."""
+    reasons = {name: broken_reason(expected_results.get(name, {"error": "crashed"})) for name in task["test_cases"]}
     return {name: reason for name, reason in reasons.items() if reason}
 
 
-def judge(result, reference):
-    """('pass' or a failure category, detail) for one test whose reference value is not None."""
+def judge(result, expected):
+    """('pass' or a failure category, detail) for one test whose expected value is not None."""
     if "value" not in result:
         error = result.get("error")
         return (error if error in CATEGORIES else "crashed"), result.get("detail", "")
     try:
-        if result["value"] == reference:
+        if result["value"] == expected:
             return "pass", ""
     except Exception:  # e.g. RecursionError on deeply nested values: not equal
         pass
-    return "wrong output", f"returned {result['value']!r:.90}, expected {reference!r:.90}"
+    return "wrong output", f"returned {result['value']!r:.90}, expected {expected!r:.90}"
 
 
 def main_failure(outcomes):
@@ -241,19 +242,19 @@ def score_backend(records, args, progress):
 
     tasks = {task_key(r["task"]): r["task"] for r in records}
     progress.total += len(tasks)
-    references = {}
+    expected_results = {}  # task key -> the reference function's result on each test
     try:
         with ThreadPoolExecutor(args.workers) as pool:
-            # Reference results, once per task.
+            # The expected values: the reference function run once per task.
             jobs = {pool.submit(in_sandbox, *program(task["ground_truth"], task)): key for key, task in tasks.items()}
             for job in as_completed(jobs):
-                references[jobs[job]] = job.result()
+                expected_results[jobs[job]] = job.result()
                 progress.update(1)
             jobs = {}
             for record in records:
                 banned = banned_substring(record["answer"]) if args.official_scoring else None
                 if banned:  # never run: the official evaluator scored it 0 as it stood
-                    broken = broken_tests(record["task"], references[task_key(record["task"])])
+                    broken = broken_tests(record["task"], expected_results[task_key(record["task"])])
                     add_reward(record, {name: ("banned substring", f"the answer holds {banned!r}")
                                         for name in record["task"]["test_cases"] if name not in broken}, broken)
                     continue
@@ -261,9 +262,9 @@ def score_backend(records, args, progress):
                 jobs[pool.submit(in_sandbox, *program(code, record["task"]))] = record
             for job in as_completed(jobs):
                 record, results = jobs[job], job.result()
-                reference = references[task_key(record["task"])]
-                broken = broken_tests(record["task"], reference)
-                add_reward(record, {name: judge(results.get(name, {"error": "crashed"}), reference[name]["value"])
+                expected = expected_results[task_key(record["task"])]
+                broken = broken_tests(record["task"], expected)
+                add_reward(record, {name: judge(results.get(name, {"error": "crashed"}), expected[name]["value"])
                                     for name in record["task"]["test_cases"] if name not in broken}, broken)
     finally:
         while not sandboxes.empty():

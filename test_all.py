@@ -1144,7 +1144,7 @@ def test_critic_turn_advantage_is_the_mean_or_sum_of_its_tokens():
     assert critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)], normalize=False).tolist() == [1.0, -3.0]
 
 
-def test_critic_prompt_holds_the_reference_and_spans_select_exactly_the_agent_tokens(tiny_model):
+def test_critic_prompt_holds_the_solution_and_spans_select_exactly_the_agent_tokens(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     dialogue = HISTORY + [{"role": "assistant", "content": CANDIDATES[0]}]
     messages = critic.critic_messages(TIP_TASK, dialogue)
@@ -1155,16 +1155,16 @@ def test_critic_prompt_holds_the_reference_and_spans_select_exactly_the_agent_to
         "What percent should the tip be?<|im_end|>", CANDIDATES[0] + "<|im_end|>"]
     outside = tokenizer.decode([ids[k] for k in range(len(ids)) if not any(a <= k < b for a, b in spans)])
     assert "return round(bill * 0.18, 2)" in outside and "What percent" not in outside
-    assert TIP_TASK["ground_truth"].strip() not in critic.critic_messages(TIP_TASK, dialogue, use_reference=False)[0]["content"]
+    assert TIP_TASK["ground_truth"].strip() not in critic.critic_messages(TIP_TASK, dialogue, use_solution=False)[0]["content"]
 
 
-def test_critic_advantage_changes_with_the_reference_only_when_it_is_shown(two_model_critic):
-    other_reference = dict(TIP_TASK, ground_truth="def tip(bill):\n    return bill * 0.25\n")
+def test_critic_advantage_changes_with_the_solution_only_when_it_is_shown(two_model_critic):
+    other_solution = dict(TIP_TASK, ground_truth="def tip(bill):\n    return bill * 0.25\n")
     with_c = critic.score_candidates(two_model_critic, TIP_TASK, HISTORY, CANDIDATES)
     assert all(abs(a) > 1e-4 for a in with_c)
-    assert all(abs(a - b) > 1e-5 for a, b in zip(with_c, critic.score_candidates(two_model_critic, other_reference, HISTORY, CANDIDATES)))
-    blind = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer, use_reference=False)
-    assert critic.score_candidates(blind, TIP_TASK, HISTORY, CANDIDATES) == critic.score_candidates(blind, other_reference, HISTORY, CANDIDATES)
+    assert all(abs(a - b) > 1e-5 for a, b in zip(with_c, critic.score_candidates(two_model_critic, other_solution, HISTORY, CANDIDATES)))
+    blind = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer, use_solution=False)
+    assert critic.score_candidates(blind, TIP_TASK, HISTORY, CANDIDATES) == critic.score_candidates(blind, other_solution, HISTORY, CANDIDATES)
 
 
 @pytest.mark.parametrize("normalize", [True, False])
@@ -1302,14 +1302,20 @@ def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model)
     assert set(read_jsonl(out / "advantages.jsonl")[0]) == {"task_id", "sample_idx", "turn", "advantage", "reward"}
     assert set(read_jsonl(out / "log.jsonl")[0]) >= {"step", "loss", "pair_accuracy", "margin", "tokens_per_s"}
     loaded = critic.load_critic(str(out))
-    assert loaded.use_reference and loaded.normalize
+    assert loaded.use_solution and loaded.normalize
     assert len(critic.score_candidates(loaded, official[0]["task"], HISTORY, CANDIDATES[:2])) == 2
 
     ablation = run_script("critic.py", data, "--model", tiny_model, "--out", str(tmp_path / "ablation"), "--epochs", "1",
                           "--no-reference", "--no-normalize", "--gradient-checkpointing", "--max-length", "60")
     assert "warning:" in ablation.stdout and "--max-length 60" in ablation.stdout
     loaded = critic.load_critic(str(tmp_path / "ablation"))
-    assert not loaded.use_reference and not loaded.normalize
+    assert not loaded.use_solution and not loaded.normalize
+    # --no-reference is --no-solution's old name; folders written under it still load
+    saved = json.loads((tmp_path / "ablation" / "args.json").read_text())
+    assert saved["no_solution"] is True and "no_reference" not in saved
+    saved["no_reference"] = saved.pop("no_solution")
+    (tmp_path / "ablation" / "args.json").write_text(json.dumps(saved))
+    assert not critic.load_critic(str(tmp_path / "ablation")).use_solution
 
 
 @pytest.mark.parametrize("style", CHAT_STYLES)

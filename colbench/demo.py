@@ -43,7 +43,8 @@ SETTINGS = {
 }
 METHOD_NAMES = {"zero-shot": "starting policy (warm start)", "rft": "Rejection Fine-Tuning",
                 "mt-dpo": "Multi-Turn DPO", "sweet": "SWEET-RL", "sweet-no-normalize": "SWEET-RL w/o normalization"}
-CRITICS = {"reference": [], "no_reference": ["--no-reference"], "no_normalize": ["--no-normalize"]}
+# A critic's name in results.json and in its folder (critic_<name>) -> its critic.py flags.
+CRITICS = {"reference": [], "no_reference": ["--no-solution"], "no_normalize": ["--no-normalize"]}
 
 
 def run(*command, done_when):

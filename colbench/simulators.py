@@ -132,14 +132,14 @@ class ChatSimulator:
             replies = self.model.chat([self.conversation(*episodes[i]) for i in mine],
                                       max_new_tokens=max_tokens, temperature=0.0) if mine else []
             for i, reply in zip(mine, replies):
-                answers[i] = without_reference(reply.text, episodes[i][0]["ground_truth"])[:max_chars]
+                answers[i] = without_solution(reply.text, episodes[i][0]["ground_truth"])[:max_chars]
         return answers
 
 
-def without_reference(reply, reference):
-    """Drop the lines of a reply that copy a line of the reference solution: the human never pastes it."""
-    reference_lines = {line.strip() for line in reference.splitlines() if len(line.strip()) > 8}
-    kept = [line for line in reply.splitlines() if line.strip() not in reference_lines]
+def without_solution(reply, solution):
+    """Drop the lines of a reply that copy a line of the solution (the reference code): the human never pastes it."""
+    solution_lines = {line.strip() for line in solution.splitlines() if len(line.strip()) > 8}
+    kept = [line for line in reply.splitlines() if line.strip() not in solution_lines]
     return "\n".join(kept).strip() or DONT_KNOW
 
 
