@@ -1789,7 +1789,7 @@ def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
     one, fsdp = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("one", "fsdp"))
     assert fsdp["after"]["loss"] == pytest.approx(one["after"]["loss"], rel=1e-4, abs=1e-5)
     losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "fsdp")]
-    assert len(losses[1]) == 6 and losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-5)
+    assert len(losses[1]) == len(losses[0]) >= 3 and losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-5)
     # The checkpoint holds the whole trained model: what policy.py --critic loads scores as the 1-process critic does.
     loaded = critic.load_critic(str(tmp_path / "fsdp"))
     with torch.no_grad():
