@@ -54,7 +54,7 @@ from colbench.data import DataError, default_output, load_trajectories, task_kin
 from colbench.stats import bootstrap_mean_ci, spearman
 from colbench.env import agent_messages
 from colbench.models import (DTYPES, autocast, compute_dtype, default_device, describe_dtype, load_model, resolve_model,
-                             shared_prefix_logps, token_logps, tokenize_turns)
+                             sequence_logps, shared_prefix_logps, tokenize_turns)
 
 PAIRINGS = ("all", "official")  # the rules of preference_pairs
 MIN_LENGTH = 32  # --max-length floor: fewer tokens cannot hold the prompt's chat markup, let alone a dialogue
@@ -120,25 +120,6 @@ def fit_to_length(tokenizer, task, dialogue, use_solution, max_length):
             cuts += [f"cut the reference solution to {solution_kept} tokens"] * (solution_kept < len(solution))
             cuts += [f"still {len(ids)} tokens, kept whole"] * (excess > 0)
             return ids, spans, dropped, ", ".join(cuts)
-
-
-def sequence_logps(model, sequences):
-    """Token log-probs of each id list, one padded forward pass: a [len - 1] tensor per sequence
-    (entry i - 1 is token i's). Masks come from the lengths; the padding id does not matter."""
-    longest, device = max(len(ids) for ids in sequences), next(model.parameters()).device
-    input_ids = torch.tensor([ids + [0] * (longest - len(ids)) for ids in sequences], device=device)
-    attention_mask = torch.tensor([[1] * len(ids) + [0] * (longest - len(ids)) for ids in sequences], device=device)
-    logps = token_logps(model, input_ids, attention_mask)
-    return [row[: len(ids) - 1] for row, ids in zip(logps, sequences)]
-
-
-def task_logps(model, sequences, first_scored):
-    """sequence_logps of sequences that begin alike (one task's trajectories), the fast way: their
-    common beginning is encoded once and its KV cache serves them all. Log-probs of tokens before
-    index `first_scored` (the first agent token of any of them) may be left out, as zeros."""
-    logps, shared = shared_prefix_logps(model, sequences, first_scored)  # column j: token shared + j
-    skipped = torch.zeros(shared - 1, device=logps.device)
-    return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)]
 
 
 def task_batches(task_ids, pairs_of, batch_size):
@@ -263,11 +244,13 @@ def score_candidates(critic, task, history, candidates):
     sequences = [ids for ids, _ in encoded]
     reply_start = min(spans[-1][0] for _, spans in encoded)
     with autocast(critic.model.device, critic.dtype):
-        critic_logps, shared = shared_prefix_logps(critic.model, sequences, reply_start)
+        critic_logps, _ = shared_prefix_logps(critic.model, sequences, reply_start)
         reference_logps, _ = shared_prefix_logps(critic.reference_model, sequences, reply_start)
-    offset = shared - 1  # column j of the log-probs is token shared + j: as if the sequence began at `offset`
-    return [turn_advantages(critic_logps[i], reference_logps[i], [(start - offset, end - offset)], critic.normalize).item()
-            for i, (_, spans) in enumerate(encoded) for start, end in spans[-1:]]
+    advantages = []
+    for critic_row, reference_row, (_, spans) in zip(critic_logps, reference_logps, encoded):
+        last_turn = spans[-1:]  # the candidate reply
+        advantages.append(turn_advantages(critic_row, reference_row, last_turn, critic.normalize).item())
+    return advantages
 
 
 def ranking_quality(scores, tests_passed):
@@ -354,7 +337,7 @@ def main(args):
         print(f"warning: {cut} of {len(used)} dialogues were cut to --max-length {args.max_length} tokens")
 
     # Trajectories go through the model a task at a time: its trajectories begin alike (system prompt,
-    # c, the problem), and that shared beginning is encoded once (task_logps). A batch is whole tasks.
+    # c, the problem), and that shared beginning is encoded once (shared_prefix_logps). A batch is whole tasks.
     # FSDP and activation checkpointing cannot backpropagate into a cache: there, one pass per trajectory.
     share_prefix = not (args.fsdp or args.gradient_checkpointing)
     trajectories_of = {}
@@ -368,8 +351,11 @@ def main(args):
             names = trajectories_of[task_id]
             first_scored = min(encoded[name]["spans"][0][0] for name in names)
             sequences = [encoded[name]["ids"] for name in names]
-            logps.update(zip(names, task_logps(model, sequences, first_scored) if share_prefix
-                             else [sequence_logps(model, [ids])[0] for ids in sequences]))
+            if share_prefix:
+                task_logps, _ = shared_prefix_logps(model, sequences, first_scored)
+            else:
+                task_logps = [sequence_logps(model, [ids])[0] for ids in sequences]
+            logps.update(zip(names, task_logps))
         return logps
 
     # π_ref = the initial critic: its log-probs, computed once.

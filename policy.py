@@ -58,7 +58,6 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from colbench import distributed
@@ -67,8 +66,8 @@ from colbench.cli import (at_least, fail, fraction, non_negative_float, non_nega
 from colbench.data import DataError, default_output, load_trajectories, write_jsonl
 from colbench.env import PROMPT_STYLES, agent_messages
 from colbench.models import (DTYPES, EndpointChat, autocast, chat_text, compute_dtype, default_device, describe_dtype,
-                             generate, load_model, plain_messages, shared_prefix_logps, tokenize_turns)
-from critic import PAIRINGS, load_critic, preference_pairs, score_candidates, sequence_logps, succeeded
+                             generate, load_model, plain_messages, sequence_logps, shared_prefix_logps, tokenize_turns)
+from critic import PAIRINGS, load_critic, preference_pairs, score_candidates, succeeded
 
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -276,17 +275,17 @@ def completion_logps(model, sequences, share_prompt=True):
     rft, the agent turns of a trajectory that saw one prompt. With `share_prompt` the tokens all
     sequences begin with are encoded once and their KV cache serves every sequence (gradients flow
     through the cache); else each sequence is encoded whole."""
+    ids_list = [ids for ids, _ in sequences]
     if share_prompt:
-        completion_start = min(spans[0][0] for _, spans in sequences)
-        logps, shared = shared_prefix_logps(model, [ids for ids, _ in sequences], completion_start)  # [n, longest - 1]
-    else:  # one padded batch: column j holds token 1 + j, as after a shared prefix of one token
-        logps, shared = pad_sequence(sequence_logps(model, [ids for ids, _ in sequences]), batch_first=True), 1
-    in_completion = torch.zeros_like(logps)
-    for row, (_, spans) in enumerate(sequences):
-        for start, end in spans:  # column j holds token shared + j
-            in_completion[row, start - shared:end - shared] = 1
-    tokens = shared - 1 + sum(len(ids) - shared + 1 for ids, _ in sequences)  # the prefix once, then each continuation
-    return (logps * in_completion).sum(-1), in_completion.sum(-1), tokens
+        logps, shared = shared_prefix_logps(model, ids_list, min(spans[0][0] for _, spans in sequences))
+    else:
+        logps, shared = sequence_logps(model, ids_list), 1  # nothing shared: every token encoded in its row
+    # Entry i - 1 of a row is token i's log-prob: a span [start, end) is entries start - 1 to end - 1.
+    sums = torch.stack([sum(row[start - 1:end - 1].sum() for start, end in spans)
+                        for row, (_, spans) in zip(logps, sequences)])
+    counts = torch.tensor([float(sum(end - start for start, end in spans)) for _, spans in sequences], device=sums.device)
+    tokens = shared - 1 + sum(len(ids) - shared + 1 for ids in ids_list)  # the prefix once, then each continuation
+    return sums, counts, tokens
 
 
 def pair_logps(model, example, share_prompt=True):

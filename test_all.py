@@ -32,7 +32,8 @@ from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_flo
                           positive_int, require_server)
 from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, LAST_TURN_NOTE, PROMPT_STYLES, TURN_BUDGET_NOTE, Episode, html_page
-from colbench.models import EndpointChat, Reply, chat_text, load_model, tokenize_turns
+from colbench.models import (EndpointChat, Reply, chat_text, load_model, sequence_logps, shared_prefix_logps,
+                             tokenize_turns)
 from colbench.render import render
 from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value
 from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
@@ -1148,20 +1149,21 @@ def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_c
     for candidate, score in zip(CANDIDATES, shared):
         ids, spans = tokenize_turns(scorer.tokenizer, critic.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}]))
         with torch.no_grad():
-            critic_logps = critic.sequence_logps(scorer.model, [ids])[0]
-            reference_logps = critic.sequence_logps(scorer.reference_model, [ids])[0]
+            critic_logps = sequence_logps(scorer.model, [ids])[0]
+            reference_logps = sequence_logps(scorer.reference_model, [ids])[0]
         assert score == pytest.approx(critic.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item(), abs=1e-4)
 
 
-def test_critic_task_logps_with_one_shared_beginning_equal_one_forward_per_trajectory(two_model_critic):
+def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory(two_model_critic):
     dialogues = [HISTORY + [{"role": "assistant", "content": c}, {"role": "user", "content": "ok"},
                             {"role": "assistant", "content": "I WANT TO ANSWER: def tip(bill): return bill"}]
                  for c in CANDIDATES[:3]]
     encoded = [tokenize_turns(two_model_critic.tokenizer, critic.critic_messages(TIP_TASK, d)) for d in dialogues]
     with torch.no_grad():
-        fast = critic.task_logps(two_model_critic.model, [ids for ids, _ in encoded], min(spans[0][0] for _, spans in encoded))
+        fast, _ = shared_prefix_logps(two_model_critic.model, [ids for ids, _ in encoded],
+                                      min(spans[0][0] for _, spans in encoded))
         for (ids, spans), fast_logps in zip(encoded, fast):
-            plain = critic.sequence_logps(two_model_critic.model, [ids])[0]
+            plain = sequence_logps(two_model_critic.model, [ids])[0]
             assert fast_logps.shape == plain.shape
             for start, end in spans:  # every agent token, exactly where the plain path puts it
                 assert torch.allclose(fast_logps[start - 1:end - 1], plain[start - 1:end - 1], atol=1e-4)
@@ -1573,7 +1575,6 @@ def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model,
 
 
 def test_policy_shared_prompt_logps_and_gradients_equal_full_sequence_ones(tiny_model):
-    from colbench.models import load_model, token_logps
     from policy import completion_logps, tokenize_completion
     model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
     prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "A tip calculator."},
@@ -1586,7 +1587,7 @@ def test_policy_shared_prompt_logps_and_gradients_equal_full_sequence_ones(tiny_
     model.zero_grad()
     full = []
     for ids, spans in sequences:  # the last span only: the earlier assistant turn belongs to the prompt
-        logps = token_logps(model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
+        logps = sequence_logps(model, [ids])[0]
         full.append(sum(logps[start - 1:end - 1].sum() for start, end in spans))
         assert counts[len(full) - 1] == sum(end - start for start, end in spans) and len(spans) == 1
     torch.stack(full).sum().backward()
