@@ -321,6 +321,7 @@ def example_loss(model, example, args):
         nll = -logps.sum() / counts.sum()  # the mean over the trajectory's agent tokens
         return nll, {"nll": nll.item()}, tokens
     logps, counts, tokens = pair_logps(model, example, shares_prompt(args))  # [2] each
+    # --- SWEET-RL: DPO on the critic-ranked pair plus λ · NLL of the chosen reply (Eq. 4)
     loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
         logps[:1], logps[1:], torch.tensor([example["reference_chosen_logps"]], device=logps.device),
         torch.tensor([example["reference_rejected_logps"]], device=logps.device), -logps[:1] / counts[:1],
@@ -337,17 +338,18 @@ def train(model, examples, args, rng, log_path, dtype=torch.float32, rank=0, wor
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     steps_per_epoch = (len(examples) + args.batch_size - 1) // args.batch_size
     history = []
-    with open(log_path if rank == 0 else os.devnull, "w") as log:
+    with open(log_path if rank == 0 else os.devnull, "w") as log:  # torchrun: rank 0 alone writes
         for epoch in range(args.epochs):
             order = rng.sample(examples, len(examples))
             for step, batch in enumerate(chunks(order, args.batch_size), epoch * steps_per_epoch + 1):
                 start, measured = time.time(), []
                 shares = distributed.shard(batch, rank, world)  # torchrun: this rank's pairs
-                for i, (example, weight) in enumerate(shares):
-                    with distributed.sync_on_last(model, i, len(shares)):
+                for i, (example, weight) in enumerate(shares):  # gradients accumulate over the batch
+                    with distributed.sync_on_last(model, i, len(shares)):  # torchrun: DDP communicates on the last
                         with autocast(model.device, dtype):
+                            # --- SWEET-RL: the loss of one pair, Eq. 4 (see example_loss; rft, sft: the NLL)
                             loss, stats, example_tokens = example_loss(model, example, args)
-                        # The mean over the global batch; the average over ranks (DDP, FSDP) divides by `world` again.
+                        # torchrun: `weight * world` keeps the mean over the global batch (DDP, FSDP average over ranks)
                         (loss * weight * world / len(batch)).backward()
                     if weight:
                         measured.append(dict(stats, loss=loss.item(), tokens=example_tokens))
