@@ -6,9 +6,9 @@ Input: scored trajectories (evaluate.py's output, or an official ColBench offlin
 `reward` on each line). Two trajectories of one task whose rewards differ make a pair, the
 higher-reward one being chosen (--pairing official: the official scripts' stricter rule, see
 `preference_pairs`). The critic is a causal LM, with its own LM head and no value head.
-It reads the solution c (the task's reference solution, `ground_truth`), which the agent never saw,
-then the agent's system prompt and the dialogue. Its advantage for agent turn t is a log-ratio against its own frozen initial weights
-π_ref, averaged over the turn's tokens (paper Eq. 3):
+It reads the solution c (the task's reference solution, `ground_truth`), which the agent never
+saw, then the agent's system prompt and the dialogue. Its advantage for agent turn t is a log-ratio
+against its own frozen initial weights π_ref, averaged over the turn's tokens (paper Eq. 3):
 
     A(o_t, a_t, c) = mean over the tokens l of a_t of [log π_θ(a_t^l | o_t, a_t^<l, c) − log π_ref(a_t^l | ...)]
 
@@ -49,7 +49,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from colbench import distributed
-from colbench.cli import at_least, fail, fraction_or_zero, non_negative_float, non_negative_int, positive_float, positive_int
+from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
+                          positive_int)
 from colbench.data import DataError, default_output, load_trajectories, task_kind
 from colbench.stats import bootstrap_mean_ci, spearman
 from colbench.env import agent_messages
@@ -66,10 +67,12 @@ parser.add_argument("--model", default="embedded", help="initial critic and π_r
 parser.add_argument("--beta", type=positive_float, default=0.1, help="β of the Bradley-Terry loss (Eq. 2)")
 parser.add_argument("--lr", type=positive_float, default=2e-5, help="AdamW learning rate")
 parser.add_argument("--epochs", type=positive_int, default=2, help="passes over the training pairs")
-parser.add_argument("--batch-size", type=positive_int, default=8, help="pairs per optimizer step (one pair per forward pass)")
+parser.add_argument("--batch-size", type=positive_int, default=8,
+                    help="pairs per optimizer step, at least: a task's pairs stay in one step (one task per forward pass)")
 parser.add_argument("--eval-fraction", type=fraction_or_zero, default=0.1, help="fraction of the paired tasks held out")
 parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0,
-                    help="pair two trajectories of a task only when their rewards differ by at least this (0: any difference)")
+                    help="pair two trajectories of a task only when their rewards differ by at least this "
+                         "(0: any difference)")
 parser.add_argument("--pairing", default="all", choices=PAIRINGS,
                     help="which trajectories of a task make pairs: all (any two whose rewards differ) or official "
                          "(the official scripts' rule; see preference_pairs)")
@@ -79,9 +82,11 @@ parser.add_argument("--no-solution", "--no-reference", action="store_true",  # -
                     help="leave out the solution c (ablation: w/o training-time information)")
 parser.add_argument("--no-normalize", action="store_true",
                     help="sum over a turn's tokens instead of averaging (ablation: w/o normalization)")
-parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass to save memory")
+parser.add_argument("--gradient-checkpointing", action="store_true",
+                    help="recompute activations in the backward pass to save memory")
 parser.add_argument("--fsdp", action="store_true",
-                    help="under torchrun: shard the weights, gradients and AdamW states across the ranks (FSDP2) instead of DDP replicas")
+                    help="under torchrun: shard the weights, gradients and AdamW states across the ranks (FSDP2) "
+                         "instead of DDP replicas")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="forward passes; auto: bf16 autocast where the hardware computes bf16 natively, else fp32")
 parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for the split, the pair order and the model")
@@ -116,9 +121,13 @@ def fit_to_length(tokenizer, task, dialogue, use_solution, max_length):
             solution_kept = max(0, solution_kept - excess - 4)  # slack: cut text re-tokenizes a little differently
             task = dict(task, ground_truth=tokenizer.decode(solution[:solution_kept]) + "\n[... cut]")
         else:
-            cuts = [f"dropped the oldest {dropped} agent turn(s)"] * (dropped > 0)
-            cuts += [f"cut the reference solution to {solution_kept} tokens"] * (solution_kept < len(solution))
-            cuts += [f"still {len(ids)} tokens, kept whole"] * (excess > 0)
+            cuts = []
+            if dropped > 0:
+                cuts.append(f"dropped the oldest {dropped} agent turn(s)")
+            if solution_kept < len(solution):
+                cuts.append(f"cut the reference solution to {solution_kept} tokens")
+            if excess > 0:
+                cuts.append(f"still {len(ids)} tokens, kept whole")
             return ids, spans, dropped, ", ".join(cuts)
 
 
@@ -230,8 +239,6 @@ def load_critic(critic_dir, device=None, dtype=torch.float32):
     model, tokenizer = load_model(critic_dir, device=device)
     base = saved["model_path"] if os.path.isdir(saved["model_path"]) else saved["model"]  # 'embedded' moves machines
     reference_model, _ = load_model(base, device=device)
-    for frozen in (model, reference_model):
-        frozen.eval()
     # Folders written before --no-reference was renamed --no-solution say `no_reference`.
     no_solution = saved["no_solution"] if "no_solution" in saved else saved["no_reference"]
     return Critic(model, reference_model, tokenizer, not no_solution, not saved["no_normalize"], dtype)

@@ -30,8 +30,9 @@ numbers came from it): the code is the answer's first ```python block (else its 
 the whole answer), not the block that defines a function, with no prose removed; the program is exec'd
 and each test call eval'd inside a function, so a function the program defines cannot see the
 program's module-level imports or helper functions (NameError), for the reference solutions too; an
-answer that holds one of OFFICIAL_BANNED scores 0 unrun; a broken test counts as failed. Programs still run in the sandbox. Not
-reproduced: the official evaluator's own imports, which its exec'd code could see (unknown here).
+answer that holds one of OFFICIAL_BANNED scores 0 unrun; a broken test counts as failed. Programs still run in
+the sandbox. Not reproduced: the official evaluator's own imports, which its exec'd code could see (unknown
+here).
 
 Frontend trajectories (an HTML reference): the final page and the reference page are rendered by
 headless chromium (colbench/render.py; a page that fails counts as blank) and `reward` is the

@@ -100,7 +100,8 @@ def tiny_model(tmp_path_factory):
     return build_tiny_model(str(tmp_path_factory.mktemp("tiny_model")))
 
 
-TIP_TASK = {"task_id": "tip", "problem_description": "I want a tip calculator. The signature of the function is: def tip(bill)",
+TIP_TASK = {"task_id": "tip",
+            "problem_description": "I want a tip calculator. The signature of the function is: def tip(bill)",
             "ground_truth": "def tip(bill):\n    return round(bill * 0.18, 2)\n",
             "test_cases": {f"test{i}": f"tip({i * 7})" for i in range(1, 11)},
             "hidden_facts": ["The tip is 18 percent of the bill.", "Round the tip to 2 decimal places."]}
@@ -138,14 +139,16 @@ def read_jsonl(path):
 def test_task_file_errors_name_file_line_and_field(tmp_path, content, expected):
     path = tmp_path / "tasks.jsonl"
     path.write_text(content)
-    with pytest.raises(DataError, match=str(path).replace(".", r"\.") + ".*" if not expected.startswith(":") else None) as error:
+    match = None if expected.startswith(":") else str(path).replace(".", r"\.") + ".*"
+    with pytest.raises(DataError, match=match) as error:
         load_tasks(str(path))
     assert expected in str(error.value) and str(path) in str(error.value)
 
 
 def test_task_id_is_derived_stably_and_official_trajectories_get_ids(tmp_path):
     task = {k: v for k, v in TIP_TASK.items() if k != "task_id"}
-    assert load_tasks(write_jsonl(tmp_path / "t.jsonl", [task]))[0]["task_id"] == derive_task_id(task["problem_description"])
+    loaded = load_tasks(write_jsonl(tmp_path / "t.jsonl", [task]))
+    assert loaded[0]["task_id"] == derive_task_id(task["problem_description"])
     official = [{"task": task, "dialogue_history": [{"role": "user", "content": "hi"}], "answer": "x"}] * 3
     trajectories = load_trajectories(write_jsonl(tmp_path / "o.jsonl", official))
     assert [t["sample_idx"] for t in trajectories] == [0, 1, 2]
@@ -164,14 +167,16 @@ def test_rollout_reports_bad_input_without_traceback(tmp_path):
 
 def test_episode_ends_on_the_marker_or_the_last_turn():
     episode = Episode(TIP_TASK, 0, max_turns=3)
-    assert episode.agent_view()[0]["role"] == "system" and episode.agent_view()[1]["content"] == TIP_TASK["problem_description"]
+    assert episode.agent_view()[0]["role"] == "system"
+    assert episode.agent_view()[1]["content"] == TIP_TASK["problem_description"]
     assert not episode.add_agent_turn(Reply("What percent?", "PROMPT1", 3))
     episode.add_human_turn("18 percent.")
     assert episode.add_agent_turn(Reply(f"Sure. {ANSWER_MARKER} def tip(bill): return bill", "PROMPT2", 9))
     assert episode.answer == "def tip(bill): return bill" and episode.answered_with_marker
     record = episode.record()
     assert [t["role"] for t in record["dialogue_history"]] == ["user", "assistant", "user", "assistant"]
-    assert record["dialogue_history"][1]["input"] == "PROMPT1" and record["dialogue_history"][3]["output"].startswith("Sure.")
+    assert record["dialogue_history"][1]["input"] == "PROMPT1"
+    assert record["dialogue_history"][3]["output"].startswith("Sure.")
 
     last = Episode(TIP_TASK, 1, max_turns=2)
     last.add_agent_turn(Reply("question?", "p", 1))
@@ -196,7 +201,10 @@ def test_official_prompt_style_states_the_budget_at_every_turn_and_adds_no_last_
 
 def test_embedded_simulator_answers_from_facts_and_says_when_it_does_not_know():
     simulator = EmbeddedSimulator()
-    ask = lambda text: simulator.reply(TIP_TASK, [{"role": "user", "content": "..."}, {"role": "assistant", "content": text}])
+
+    def ask(text):
+        return simulator.reply(TIP_TASK, [{"role": "user", "content": "..."}, {"role": "assistant", "content": text}])
+
     assert ask("What percent of the bill should the tip be?") == "The tip is 18 percent of the bill."
     assert ask("How should I round it?") == "Round the tip to 2 decimal places."
     assert ask("Which programming font do you like?") == DONT_KNOW
@@ -210,7 +218,8 @@ def test_simulator_derives_facts_from_code_when_a_task_has_none():
     facts = facts_from_code("def ship(weight):\n    if weight > 20:\n        return 15.5\n    return 5\n")
     assert "Something special happens when weight is more than 20." in facts
     assert "The number 15.5 matters in the calculation." in facts
-    task = dict(TIP_TASK, hidden_facts=[], ground_truth="def ship(weight):\n    if weight > 20:\n        return 15.5\n    return 5\n")
+    task = dict(TIP_TASK, hidden_facts=[],
+                ground_truth="def ship(weight):\n    if weight > 20:\n        return 15.5\n    return 5\n")
     reply = EmbeddedSimulator().reply(task, [{"role": "assistant", "content": "Is there a weight limit?"}])
     assert "weight is more than 20" in reply and "return" not in reply
 
@@ -250,8 +259,10 @@ class StubOpenAI(http.server.BaseHTTPRequestHandler):
                  else "The tip is 18 percent. " + "x" * 600)
         choices = []
         for index in range(body.get("n", 1) if StubOpenAI.honours_n else 1):
-            StubOpenAI.samples_made += body["temperature"] > 0
-            text = reply + f"  # sample {StubOpenAI.samples_made}" * (body["temperature"] > 0)
+            text = reply
+            if body["temperature"] > 0:
+                StubOpenAI.samples_made += 1
+                text += f"  # sample {StubOpenAI.samples_made}"
             choices.append({"index": index, "finish_reason": "stop", "message": {"role": "assistant", "content": text}})
         self.send_json(200, {"id": "1", "object": "chat.completion", "model": body["model"], "choices": choices})
 
@@ -269,7 +280,8 @@ def test_url_simulator_retries_500s_and_hanging_replies_and_cuts_at_400_chars(st
     StubOpenAI.script = ["fail", "fail", "hang"]
     simulator = make_simulator(stub_server + "/v1")
     simulator.model.timeout = 1  # the hanging reply times out after 1 s and is retried
-    reply = simulator.respond([(TIP_TASK, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "What percent?"}])])[0]
+    dialogue = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "What percent?"}]
+    reply = simulator.respond([(TIP_TASK, dialogue)])[0]
     assert reply.startswith("The tip is 18 percent.") and len(reply) == 400
     sent = StubOpenAI.requests_seen[-1]
     assert sent["model"] == "stub-model" and sent["temperature"] == 0.0
@@ -306,14 +318,16 @@ def test_rollout_with_tiny_model_writes_the_trajectory_schema(tmp_path, tiny_mod
                         "--max-new-tokens", "8", "--out", str(out))
     assert "done: 4 trajectories" in result.stdout
     records = read_jsonl(out)
-    assert sorted((r["task_id"], r["sample_idx"]) for r in records) == [("tip", 0), ("tip", 1), ("tip2", 0), ("tip2", 1)]
+    assert sorted((r["task_id"], r["sample_idx"]) for r in records) == [
+        ("tip", 0), ("tip", 1), ("tip2", 0), ("tip2", 1)]
     for record in records:
         assert set(record) >= {"task_id", "sample_idx", "task", "dialogue_history", "answer"}
         roles = [t["role"] for t in record["dialogue_history"]]
         assert roles[0] == "user" and roles[-1] == "assistant" and roles.count("assistant") <= 2
         for turn in record["dialogue_history"]:
             if turn["role"] == "assistant":
-                assert turn["input"].startswith("<|im_start|>system\n") and turn["input"].endswith("<|im_start|>assistant\n")
+                assert turn["input"].startswith("<|im_start|>system\n")
+                assert turn["input"].endswith("<|im_start|>assistant\n")
     assert load_trajectories(str(out))  # what rollout writes, the next stage reads
 
 
@@ -347,7 +361,8 @@ def test_rollout_resumes_after_kill_9_without_duplicates_or_torn_lines(tmp_path,
 
 
 def test_rollout_with_url_agent_and_url_simulator(tmp_path, stub_server):
-    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK, dict(TIP_TASK, task_id="other", problem_description="Something else")])
+    other = dict(TIP_TASK, task_id="other", problem_description="Something else")
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK, other])
     out = tmp_path / "traj.jsonl"
     result = run_script("rollout.py", tasks, "--agent", stub_server, "--simulator", stub_server, "--max-turns", "2",
                         "--out", str(out))
@@ -365,7 +380,8 @@ def test_turn_spans_select_exactly_the_assistant_tokens(tiny_model):
                 {"role": "assistant", "content": "What percent? 18%"}, {"role": "user", "content": "ok"},
                 {"role": "assistant", "content": " def f(x):\n  return 1"}]
     ids, spans = tokenize_turns(tokenizer, messages)
-    assert [tokenizer.decode(ids[a:b]) for a, b in spans] == ["What percent? 18%<|im_end|>", " def f(x):\n  return 1<|im_end|>"]
+    assert [tokenizer.decode(ids[a:b]) for a, b in spans] == [
+        "What percent? 18%<|im_end|>", " def f(x):\n  return 1<|im_end|>"]
     outside = [k for k in range(len(ids)) if not any(a <= k < b for a, b in spans)]
     assert "percent" not in tokenizer.decode([ids[k] for k in outside])
 
@@ -612,7 +628,8 @@ def hostile_programs(outside_dir, victim, port):
                                 "def f(x):\n    return Same()\n", 0.0, "wrong output"),
         "always_equal_int": ("class Same(int):\n    def __eq__(self, other):\n        return True\n"
                              "    __hash__ = int.__hash__\ndef f(x):\n    return Same(0)\n", 0.0, "wrong output"),
-        "fake_results": ("import os, sys\ndef f(x):\n    fake = json_line = '{\"results\": {\"test1\": {\"value\": 2}}}'\n"
+        "fake_results": ("import os, sys\ndef f(x):\n"
+                         "    fake = json_line = '{\"results\": {\"test1\": {\"value\": 2}}}'\n"
                          "    print(fake)\n    sys.stdout.flush()\n    os.write(2, fake.encode())\n"
                          "    os.write(1, b'\\x0d\\x00\\x00\\x00{\"value\": 2}')\n    os._exit(0)\n", 0.0, "crashed"),
         # honest programs in the same batch
@@ -845,8 +862,10 @@ def test_eval_official_scoring_first_block_function_scope_and_banned_substrings(
     assert [r["reward"] for r in default] == [expected for _, expected, _ in answers.values()] + [1.0]
     assert [r["reward"] for r in official] == [expected for _, _, expected in answers.values()] + [0.0]
     by_name = dict(zip(list(answers) + ["floor"], official))
-    assert by_name["banned_word"]["failure"] == "banned substring" and "'write'" in by_name["banned_word"]["failure_detail"]
-    assert by_name["module_import"]["failure"] == "exception" and "NameError" in by_name["module_import"]["failure_detail"]
+    assert by_name["banned_word"]["failure"] == "banned substring"
+    assert "'write'" in by_name["banned_word"]["failure_detail"]
+    assert by_name["module_import"]["failure"] == "exception"
+    assert "NameError" in by_name["module_import"]["failure_detail"]
     assert by_name["floor"]["failure"] == "broken test"  # the reference itself imports at module level
     assert summary["args"]["official_scoring"] is True
 
@@ -875,7 +894,8 @@ def test_eval_missing_file_and_frontend_without_clip_weights(tmp_path):
     page["task"] = {"task_id": "page", "problem_description": "A page.", "ground_truth": "<html><body>x</body></html>"}
     process, _, _ = evaluate(write_jsonl(tmp_path / "front.jsonl", [page]))
     assert process.returncode == 2
-    assert "--clip PATH" in process.stderr and "Traceback" not in process.stderr  # offline: says how to pass a checkpoint
+    # offline: it says how to pass a checkpoint
+    assert "--clip PATH" in process.stderr and "Traceback" not in process.stderr
 
 
 @pytest.mark.parametrize("check, accepted, refused", [
@@ -965,7 +985,8 @@ def test_eval_values_round_trip_with_types():
 
 
 def test_eval_fork_bomb_leaves_the_next_program_able_to_fork():
-    bomb = "import os\ndef f(x):\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass\n"
+    bomb = ("import os\ndef f(x):\n    while True:\n        try:\n            os.fork()\n"
+            "        except OSError:\n            pass\n")
     forker = ("import os\ndef f(x):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n"
               "    os.waitpid(pid, 0)\n    return x\n")
     with Sandbox(timeout=0.5) as sandbox:  # one runner: the same user id for both programs
@@ -1057,7 +1078,8 @@ def test_eval_programs_on_one_runner_each_get_one_fresh_tmpfs_per_place():
 def test_eval_runner_removes_the_folders_of_dead_runners_only():
     ended = subprocess.Popen([sys.executable, "-c", ""])
     ended.wait()
-    dead, live = (os.path.join(PRIVATE_PLACES[0], f"{WORKDIR_PREFIX}{pid}-planted") for pid in (ended.pid, os.getpid()))
+    dead = os.path.join(PRIVATE_PLACES[0], f"{WORKDIR_PREFIX}{ended.pid}-planted")
+    live = os.path.join(PRIVATE_PLACES[0], f"{WORKDIR_PREFIX}{os.getpid()}-planted")
     for folder in (dead, live):
         os.makedirs(os.path.join(folder, "sub"))
         with open(os.path.join(folder, "sub", "file"), "w") as f:
@@ -1109,14 +1131,16 @@ def test_critic_loss_equals_hand_computed_values_and_log_2_when_critic_is_refere
     logps = torch.log(torch.rand(20))
     advantage = critic.turn_advantages(logps, logps, [(3, 7), (12, 20)])
     assert advantage.tolist() == [0.0, 0.0]
-    assert critic.bradley_terry_loss(advantage.sum()[None], advantage.sum()[None], 0.1).item() == pytest.approx(math.log(2))
+    score = advantage.sum()[None]
+    assert critic.bradley_terry_loss(score, score, 0.1).item() == pytest.approx(math.log(2))
 
 
 def test_critic_turn_advantage_is_the_mean_or_sum_of_its_tokens():
     critic_logps, reference_logps = torch.tensor([-1.0, -2.0, -3.0, -4.0, -5.0]), torch.full((5,), -3.0)
     # spans are token positions: tokens 2..3 are entries 1..2, tokens 4..5 are entries 3..4
     assert critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)]).tolist() == [0.5, -1.5]
-    assert critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)], normalize=False).tolist() == [1.0, -3.0]
+    summed = critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)], normalize=False)
+    assert summed.tolist() == [1.0, -3.0]
 
 
 def test_critic_prompt_holds_the_solution_and_spans_select_exactly_the_agent_tokens(tiny_model):
@@ -1130,28 +1154,35 @@ def test_critic_prompt_holds_the_solution_and_spans_select_exactly_the_agent_tok
         "What percent should the tip be?<|im_end|>", CANDIDATES[0] + "<|im_end|>"]
     outside = tokenizer.decode([ids[k] for k in range(len(ids)) if not any(a <= k < b for a, b in spans)])
     assert "return round(bill * 0.18, 2)" in outside and "What percent" not in outside
-    assert TIP_TASK["ground_truth"].strip() not in critic.critic_messages(TIP_TASK, dialogue, use_solution=False)[0]["content"]
+    blind = critic.critic_messages(TIP_TASK, dialogue, use_solution=False)
+    assert TIP_TASK["ground_truth"].strip() not in blind[0]["content"]
 
 
 def test_critic_advantage_changes_with_the_solution_only_when_it_is_shown(two_model_critic):
     other_solution = dict(TIP_TASK, ground_truth="def tip(bill):\n    return bill * 0.25\n")
     with_c = critic.score_candidates(two_model_critic, TIP_TASK, HISTORY, CANDIDATES)
     assert all(abs(a) > 1e-4 for a in with_c)
-    assert all(abs(a - b) > 1e-5 for a, b in zip(with_c, critic.score_candidates(two_model_critic, other_solution, HISTORY, CANDIDATES)))
-    blind = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer, use_solution=False)
-    assert critic.score_candidates(blind, TIP_TASK, HISTORY, CANDIDATES) == critic.score_candidates(blind, other_solution, HISTORY, CANDIDATES)
+    with_other_c = critic.score_candidates(two_model_critic, other_solution, HISTORY, CANDIDATES)
+    assert all(abs(a - b) > 1e-5 for a, b in zip(with_c, with_other_c))
+    blind = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
+                          use_solution=False)
+    assert (critic.score_candidates(blind, TIP_TASK, HISTORY, CANDIDATES)
+            == critic.score_candidates(blind, other_solution, HISTORY, CANDIDATES))
 
 
 @pytest.mark.parametrize("normalize", [True, False])
 def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_critic, normalize):
-    scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer, normalize=normalize)
+    scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
+                           normalize=normalize)
     shared = critic.score_candidates(scorer, TIP_TASK, HISTORY, CANDIDATES)
     for candidate, score in zip(CANDIDATES, shared):
-        ids, spans = tokenize_turns(scorer.tokenizer, critic.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}]))
+        messages = critic.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}])
+        ids, spans = tokenize_turns(scorer.tokenizer, messages)
         with torch.no_grad():
             critic_logps = sequence_logps(scorer.model, [ids])[0]
             reference_logps = sequence_logps(scorer.reference_model, [ids])[0]
-        assert score == pytest.approx(critic.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item(), abs=1e-4)
+        plain = critic.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item()
+        assert score == pytest.approx(plain, abs=1e-4)
 
 
 def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory(two_model_critic):
@@ -1188,14 +1219,18 @@ def test_bootstrap_interval_resamples_tasks_and_brackets_the_mean():
     assert stats.bootstrap_mean_ci({"a": [0.2], "b": [0.2]}) == (0.2, 0.2)
 
 
+def pair_names(pairs):
+    """(task_id, chosen sample_idx, rejected sample_idx) of each pair."""
+    return [(c["task_id"], c["sample_idx"], r["sample_idx"]) for c, r in pairs]
+
+
 def test_critic_pairs_need_the_same_task_and_a_large_enough_reward_gap():
     other = dict(TIP_TASK, task_id="other")
     trajectories = [scored(TIP_TASK, 0, ["a"], 0.2), scored(TIP_TASK, 1, ["b"], 0.9), scored(TIP_TASK, 2, ["c"], 0.2),
                     scored(other, 0, ["d"], 1.0), scored(TIP_TASK, 3, ["e"], 0.25)]
-    names = lambda pairs: [(c["task_id"], c["sample_idx"], r["sample_idx"]) for c, r in pairs]
-    assert names(critic.preference_pairs(trajectories, 0.0)) == [
+    assert pair_names(critic.preference_pairs(trajectories, 0.0)) == [
         ("tip", 1, 0), ("tip", 3, 0), ("tip", 1, 2), ("tip", 1, 3), ("tip", 3, 2)]
-    assert names(critic.preference_pairs(trajectories, 0.5)) == [("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 3)]
+    assert pair_names(critic.preference_pairs(trajectories, 0.5)) == [("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 3)]
 
 
 def test_critic_official_pairing_best_against_each_worse_of_solved_tasks_and_a_frontend_gap_of_0_1():
@@ -1204,22 +1239,23 @@ def test_critic_official_pairing_best_against_each_worse_of_solved_tasks_and_a_f
     trajectories = ([scored(TIP_TASK, k, ["a"], reward) for k, reward in enumerate([0.5, 1.0, 0.2, 1.0, 0.5])]
                     + [scored(failed, k, ["b"], reward) for k, reward in enumerate([0.2, 0.9])]
                     + [scored(page, k, ["c"], reward) for k, reward in enumerate([0.70, 0.75, 0.95, 0.5])])
-    names = lambda pairs: [(c["task_id"], c["sample_idx"], r["sample_idx"]) for c, r in pairs]
     # the best solved trajectory (the first of the two at 1.0) against each worse one; nothing from `failed`
-    assert names(critic.preference_pairs(trajectories, 0.0, "official")) == [
+    assert pair_names(critic.preference_pairs(trajectories, 0.0, "official")) == [
         ("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 4),
         ("page", 2, 0), ("page", 0, 3), ("page", 2, 1), ("page", 1, 3), ("page", 2, 3)]  # not 0.70 vs 0.75
     assert len(critic.preference_pairs(trajectories, 0.0, "all")) == 8 + 1 + 6
-    assert names(critic.preference_pairs(trajectories, 0.4, "official")) == [
+    assert pair_names(critic.preference_pairs(trajectories, 0.4, "official")) == [
         ("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 4), ("page", 2, 3)]
 
 
 def test_critic_max_length_drops_the_oldest_turns_first_and_says_so(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    trajectory = scored(TIP_TASK, 0, ["first question?", "second question?", "I WANT TO ANSWER: def tip(bill): return 1"], 0.0)
-    full_ids, full_spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, trajectory["dialogue_history"], True, 10_000)
+    turns = ["first question?", "second question?", "I WANT TO ANSWER: def tip(bill): return 1"]
+    trajectory = scored(TIP_TASK, 0, turns, 0.0)
+    dialogue = trajectory["dialogue_history"]
+    full_ids, full_spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, True, 10_000)
     assert (len(full_spans), dropped, note) == (3, 0, "")
-    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, trajectory["dialogue_history"], True, len(full_ids) - 5)
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, True, len(full_ids) - 5)
     assert (len(spans), dropped, note) == (2, 1, "dropped the oldest 1 agent turn(s)")
     assert tokenizer.decode(ids[spans[0][0]:spans[0][1]]) == "second question?<|im_end|>"
     last_turn_only, _ = tokenize_turns(tokenizer, critic.critic_messages(TIP_TASK, trajectory["dialogue_history"][4:]))
@@ -1235,10 +1271,13 @@ def planted_pattern_file(path, n_tasks=24):
     """Per task: one trajectory whose agent says the planted phrase (reward 1) and two that do not (reward 0)."""
     rng = random.Random(0)
     filler = "What is the discount? The tip is percent. Round to decimal places. def f(x): return x".split()
+
+    def chatter():
+        return " ".join(rng.choices(filler, k=6))
+
     records = []
     for n in range(n_tasks):
         task = dict(TIP_TASK, task_id=f"t{n}", problem_description=f"Task {n}: " + " ".join(rng.choices(filler, k=8)))
-        chatter = lambda: " ".join(rng.choices(filler, k=6))
         records.append(scored(task, 0, [chatter() + " I WANT TO ANSWER: def tip(bill): return bill", chatter()], 1.0))
         records += [scored(task, k, [chatter(), chatter()], 0.0) for k in (1, 2)]
     return write_jsonl(path, records)
@@ -1247,8 +1286,9 @@ def planted_pattern_file(path, n_tasks=24):
 def test_critic_learns_a_planted_pattern_to_over_90_percent_held_out_accuracy(tmp_path, tiny_model):
     data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=16)
     out = tmp_path / "critic"
-    critic.main(critic.parser.parse_args([data, "--model", tiny_model, "--out", str(out), "--lr", "3e-3", "--epochs", "4",
-                                          "--batch-size", "4", "--eval-fraction", "0.25", "--dtype", "fp32"]))
+    critic.main(critic.parser.parse_args([data, "--model", tiny_model, "--out", str(out), "--lr", "3e-3",
+                                          "--epochs", "4", "--batch-size", "4", "--eval-fraction", "0.25",
+                                          "--dtype", "fp32"]))
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["eval_tasks"], metrics["eval_pairs"], metrics["train_pairs"]) == (4, 8, 24)
     assert metrics["before"]["pair_accuracy"] == 0.5
@@ -1256,9 +1296,10 @@ def test_critic_learns_a_planted_pattern_to_over_90_percent_held_out_accuracy(tm
     advantages = read_jsonl(out / "advantages.jsonl")
     assert len(advantages) == 4 * 3 * 2
     first_turns = [a for a in advantages if a["turn"] == 0]
-    mean = lambda values: sum(values) / len(values)
+    with_pattern = [a["advantage"] for a in first_turns if a["reward"] == 1.0]
+    without = [a["advantage"] for a in first_turns if a["reward"] == 0.0]
     # the critic credits the turn that holds the pattern, more than the first turns without it
-    assert mean([a["advantage"] for a in first_turns if a["reward"] == 1.0]) > mean([a["advantage"] for a in first_turns if a["reward"] == 0.0])
+    assert statistics.mean(with_pattern) > statistics.mean(without)
 
 
 def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model):
@@ -1270,9 +1311,11 @@ def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model)
                          "reward": record["reward"]})
     data = write_jsonl(tmp_path / "official.scored.jsonl", official)
     out = tmp_path / "critic"
-    result = run_script("critic.py", data, "--model", tiny_model, "--out", str(out), "--epochs", "1", "--eval-fraction", "0.5")
+    result = run_script("critic.py", data, "--model", tiny_model, "--out", str(out), "--epochs", "1",
+                        "--eval-fraction", "0.5")
     assert "used: 3 tasks, 9 trajectories, 6 pairs" in result.stdout and "loss" in result.stdout
-    assert {"config.json", "model.safetensors", "args.json", "metrics.json", "advantages.jsonl", "log.jsonl"} <= set(os.listdir(out))
+    written = {"config.json", "model.safetensors", "args.json", "metrics.json", "advantages.jsonl", "log.jsonl"}
+    assert written <= set(os.listdir(out))
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["eval_pairs"] + metrics["train_pairs"] == 6 and "pair_accuracy" in metrics["after"]
     assert set(read_jsonl(out / "advantages.jsonl")[0]) == {"task_id", "sample_idx", "turn", "advantage", "reward"}
@@ -1281,8 +1324,9 @@ def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model)
     assert loaded.use_solution and loaded.normalize
     assert len(critic.score_candidates(loaded, official[0]["task"], HISTORY, CANDIDATES[:2])) == 2
 
-    ablation = run_script("critic.py", data, "--model", tiny_model, "--out", str(tmp_path / "ablation"), "--epochs", "1",
-                          "--no-reference", "--no-normalize", "--gradient-checkpointing", "--max-length", "60")
+    ablation = run_script("critic.py", data, "--model", tiny_model, "--out", str(tmp_path / "ablation"),
+                          "--epochs", "1", "--no-reference", "--no-normalize", "--gradient-checkpointing",
+                          "--max-length", "60")
     assert "warning:" in ablation.stdout and "--max-length 60" in ablation.stdout
     loaded = critic.load_critic(str(tmp_path / "ablation"))
     assert not loaded.use_solution and not loaded.normalize
@@ -1299,7 +1343,8 @@ def test_critic_trains_on_untrimmed_official_replies_under_each_chat_template(tm
     model = build_tiny_model(str(tmp_path / "model"), style=style)
     data = write_jsonl(tmp_path / "official.scored.jsonl", official_scored(2))
     out = tmp_path / "critic"
-    result = run_script("critic.py", data, "--model", model, "--out", str(out), "--epochs", "1", "--eval-fraction", "0.5")
+    result = run_script("critic.py", data, "--model", model, "--out", str(out), "--epochs", "1",
+                        "--eval-fraction", "0.5")
     assert "used: 2 tasks, 6 trajectories, 6 pairs" in result.stdout and "done: 1 steps" in result.stdout
     assert sorted(a["turn"] for a in read_jsonl(out / "advantages.jsonl")) == [0, 0, 0, 1, 1, 1]
 
@@ -1308,7 +1353,8 @@ def test_critic_without_pairs_or_rewards_exits_with_a_clear_message(tmp_path, ti
     ties = write_jsonl(tmp_path / "ties.jsonl", [scored(TIP_TASK, k, ["a"], 0.5) for k in range(3)])
     result = run_script("critic.py", ties, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
     assert result.returncode == 2 and "error: no pairs" in result.stderr and "Traceback" not in result.stderr
-    unscored = write_jsonl(tmp_path / "unscored.jsonl", [{k: v for k, v in scored(TIP_TASK, 0, ["a"], 0.5).items() if k != "reward"}])
+    without_reward = {k: v for k, v in scored(TIP_TASK, 0, ["a"], 0.5).items() if k != "reward"}
+    unscored = write_jsonl(tmp_path / "unscored.jsonl", [without_reward])
     result = run_script("critic.py", unscored, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
     assert result.returncode == 2 and "no numeric 'reward'" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "c").exists()
@@ -1321,7 +1367,8 @@ def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     page = {"task_id": "page", "problem_description": "A landing page for my bakery.",
             "ground_truth": "<html><body><h1>Fresh bread</h1><p>Open daily.</p></body></html>"}
-    trajectory = scored(page, 0, ["What colours do you like?", "I WANT TO ANSWER: <html><body><h1>Bread</h1></body></html>"], 0.6)
+    turns = ["What colours do you like?", "I WANT TO ANSWER: <html><body><h1>Bread</h1></body></html>"]
+    trajectory = scored(page, 0, turns, 0.6)
     ids, spans, dropped, note = critic.fit_to_length(tokenizer, page, trajectory["dialogue_history"], True, 10_000)
     assert "<h1>Fresh bread</h1>" in tokenizer.decode(ids[:spans[0][0]]) and (len(spans), dropped, note) == (2, 0, "")
     assert tokenizer.decode(ids[spans[1][0]:spans[1][1]]).startswith("I WANT TO ANSWER: <html>")
@@ -1329,13 +1376,15 @@ def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
 
 def test_critic_under_torchrun_with_2_processes_matches_1_process(tmp_path, tiny_model):
     data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
-    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",  # 5: one rank gets a padding pass
+    # --batch-size 5: one rank also runs a padding pass
+    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",
               "--eval-fraction", "0.25", "--dtype", "fp32"]
     run_script("critic.py", *common, "--out", str(tmp_path / "one"))
     result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "critic.py", *common,
                         "--out", str(tmp_path / "two"))
     assert result.stdout.count("done:") == 1  # rank 0 alone prints
-    one, two = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("one", "two"))
+    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    two = json.loads((tmp_path / "two" / "metrics.json").read_text())
     assert one["steps"] == two["steps"] and one["after"]["pair_accuracy"] == two["after"]["pair_accuracy"]
     assert two["after"]["loss"] == pytest.approx(one["after"]["loss"], rel=1e-3, abs=1e-4)
     losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "two")]
@@ -1366,8 +1415,9 @@ def tiny_clip(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("tiny_clip"))
     torch.manual_seed(0)
     config = CLIPConfig(
-        text_config=dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         max_position_embeddings=16, bos_token_id=0, eos_token_id=1, pad_token_id=1),
+        text_config=dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
+                         pad_token_id=1),
         vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                            image_size=32, patch_size=8),
         projection_dim=8)
@@ -1379,13 +1429,15 @@ def tiny_clip(tmp_path_factory):
 # ---------------------------------------------------------------- the task files
 
 def test_frontend_task_files_are_valid_varied_and_reproducible(tmp_path):
-    train, test = (load_tasks(os.path.join(DATA, f"frontend_{split}.jsonl")) for split in ("train", "test"))
+    train = load_tasks(os.path.join(DATA, "frontend_train.jsonl"))
+    test = load_tasks(os.path.join(DATA, "frontend_test.jsonl"))
     assert len(train) >= 100 and len(test) >= 30
     for task in train + test:
         page = task["ground_truth"]
         assert task_kind(task) == "frontend" and len(page) < 4000
         assert "<style>" in page and "<script" not in page and not re.search(r"(src|href)=\"(https?:)?//", page)
-    assert len({t["site"] for t in train}) >= 10 and {t["layout"] for t in train} == {"single", "hero", "sidebar", "cards"}
+    assert len({t["site"] for t in train}) >= 10
+    assert {t["layout"] for t in train} == {"single", "hero", "sidebar", "cards"}
     assert len({t["palette"] for t in train}) >= 10 and len({t["nav"] for t in train}) >= 5
     run_script("-m", "colbench.frontend_tasks", "--out", str(tmp_path))
     for split in ("train", "test"):
@@ -1412,7 +1464,8 @@ def test_frontend_render_page_and_broken_pages():
 # ---------------------------------------------------------------- the protocol and the simulated human
 
 def test_frontend_episode_answer_is_the_last_page_proposed():
-    assert html_page("Here: <html><body>one</body></html> and <HTML><body>two</body></HTML> ok") == "<HTML><body>two</body></HTML>"
+    two_pages = "Here: <html><body>one</body></html> and <HTML><body>two</body></HTML> ok"
+    assert html_page(two_pages) == "<HTML><body>two</body></HTML>"
     assert html_page("<!DOCTYPE html>\n<html><body>cut short") == "<!DOCTYPE html>\n<html><body>cut short"
     assert html_page("What colors do you like?") is None
     episode = Episode(PAGE_TASK, 0, max_turns=3)
@@ -1427,13 +1480,17 @@ def test_frontend_episode_answer_is_the_last_page_proposed():
 
 def test_frontend_simulator_names_planted_differences():
     simulator = make_simulator("embedded")
-    say = lambda page: simulator.respond([(PAGE_TASK, turn(f"How is this? {page}"))])[0]
+
+    def say(page):
+        return simulator.respond([(PAGE_TASK, turn(f"How is this? {page}"))])[0]
+
     assert say(PAGE) == frontend.LOOKS_RIGHT
     recolored = say(PAGE.replace("background:#0f1c3f", "background:#ffffff"))
     assert recolored.startswith("The page background should be navy, not white.")
     no_nav = say(re.sub(r"<nav>.*?</nav>", "", PAGE))
     assert "navigation menu at the top" in no_nav and "'Menu'" in no_nav
-    missing = say(PAGE.replace("<section><h2>Visit</h2><p>Maple Street.</p></section>", "").replace("Golden Crust", "Bakery"))
+    without_visit = PAGE.replace("<section><h2>Visit</h2><p>Maple Street.</p></section>", "")
+    missing = say(without_visit.replace("Golden Crust", "Bakery"))
     assert "The main title should say 'Golden Crust'." in missing and "missing the section 'Visit'" in missing
     plain = say("<html><body><h1>Hello</h1></body></html>")
     assert len(plain) <= frontend.MAX_REPLY_CHARS and plain.count(".") <= frontend.MAX_DIFFERENCES + 2
@@ -1474,7 +1531,8 @@ def test_frontend_win_rate_counts_ties_half():
 def test_frontend_rollout_two_turns_then_clip_evaluation_and_win_rate(tmp_path, tiny_model, tiny_clip):
     tasks = write_jsonl(tmp_path / "front.jsonl", [dict(PAGE_TASK, task_id=f"page{i}") for i in range(2)])
     trajectories, scored = str(tmp_path / "t.jsonl"), str(tmp_path / "s.jsonl")
-    run_script("rollout.py", tasks, "--agent", tiny_model, "--max-turns", "2", "--max-new-tokens", "8", "--out", trajectories)
+    run_script("rollout.py", tasks, "--agent", tiny_model, "--max-turns", "2", "--max-new-tokens", "8",
+               "--out", trajectories)
     for record in read_jsonl(trajectories):
         assert [t["role"] for t in record["dialogue_history"]] == ["user", "assistant", "user", "assistant"]
         assert record["dialogue_history"][2]["content"].startswith(frontend.NO_PAGE)  # the tiny model writes no page
@@ -1484,7 +1542,8 @@ def test_frontend_rollout_two_turns_then_clip_evaluation_and_win_rate(tmp_path, 
     assert all(-1.0 <= r["reward"] <= 1.0 and r["answered_page"] is False for r in read_jsonl(scored))
     result = run_script("evaluate.py", trajectories, "--out", str(tmp_path / "s2.jsonl"), "--clip", tiny_clip,
                         "--against", scored)
-    assert "win rate against" in result.stdout and "50.0% over 2 matched tasks (0 wins, 2 ties, 0 losses)" in result.stdout
+    assert "win rate against" in result.stdout
+    assert "50.0% over 2 matched tasks (0 wins, 2 ties, 0 losses)" in result.stdout
 
 
 def test_frontend_evaluate_without_clip_weights_says_how_to_pass_them(tmp_path):
@@ -1508,7 +1567,8 @@ def scored_trajectory(sample_idx, reward, question, code):
         "answer": code, "reward": reward, "success": reward == 1.0}
 
 
-SCORED = [scored_trajectory(0, 1.0, "What percent should the tip be?", "def tip(bill):\n    return round(bill * 0.18, 2)"),
+SCORED = [scored_trajectory(0, 1.0, "What percent should the tip be?",
+                            "def tip(bill):\n    return round(bill * 0.18, 2)"),
           scored_trajectory(1, 0.3, "Hello?", "def tip(bill):\n    return bill * 0.2"),
           scored_trajectory(2, 0.0, "Which font?", "def tip(bill):\n    return 0")]
 
@@ -1533,7 +1593,8 @@ def test_policy_dpo_loss_is_log_2_at_initialization_and_matches_a_hand_computed_
     assert chosen_rewards.tolist() == [0.0, 0.0] and rejected_rewards.tolist() == [0.0, 0.0]
     # beta (-1 - -2) = 0.1, beta (-3 - -2) = -0.1: -log sigmoid(0.2) = log(1 + e^-0.2) = 0.5981389; + 0.01 * 1.5
     loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
-        torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.0]), torch.tensor([1.5]), 0.1, 0.01)
+        torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.0]), torch.tensor([1.5]),
+        0.1, 0.01)
     assert loss.item() == pytest.approx(0.5981389 + 0.015, abs=1e-6)
     assert chosen_rewards.item() == pytest.approx(0.1) and rejected_rewards.item() == pytest.approx(-0.1)
 
@@ -1602,7 +1663,8 @@ def rollout_runs(policy_dir, tmp_path):
     assert "done: 1 trajectories" in result.stdout
 
 
-def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(tmp_path, scored_file, critic_dir, tiny_model):
+def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(tmp_path, scored_file, critic_dir,
+                                                                                tiny_model):
     out = str(tmp_path / "policy")
     result = run_script("policy.py", scored_file, "--critic", critic_dir, "--model", tiny_model, "--candidates", "4",
                         "--pairs-per-turn", "2", "--max-new-tokens", "8", "--batch-size", "4", "--out", out)
@@ -1616,7 +1678,8 @@ def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(
         assert [m["role"] for m in pair["chosen"]] == ["assistant"] == [m["role"] for m in pair["rejected"]]
         assert pair["chosen_score"] > pair["rejected_score"]
     log = read_jsonl(f"{out}/log.jsonl")
-    assert log and set(log[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps", "tokens_per_s"}
+    assert log and set(log[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps",
+                                   "tokens_per_s"}
     assert json.load(open(f"{out}/args.json"))["method"] == "sweet" and (tmp_path / "policy" / "config.json").exists()
     rollout_runs(out, tmp_path)
 
@@ -1641,11 +1704,13 @@ def test_policy_scores_each_rollout_turn_under_the_prompt_the_agent_saw(tmp_path
                 for ids, spans in sequences for start, _ in spans] == prompts
 
 
-def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_file, critic_dir, tiny_model, stub_server):
+def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_file, critic_dir, tiny_model,
+                                                              stub_server):
     StubOpenAI.honours_n = False  # the harder path: every state costs one request per candidate
     out = str(tmp_path / "policy")
-    result = run_script("policy.py", scored_file, "--critic", critic_dir, "--model", tiny_model, "--sampler", stub_server,
-                        "--candidates", "3", "--pairs-per-turn", "2", "--max-new-tokens", "8", "--out", out)
+    result = run_script("policy.py", scored_file, "--critic", critic_dir, "--model", tiny_model,
+                        "--sampler", stub_server, "--candidates", "3", "--pairs-per-turn", "2", "--max-new-tokens", "8",
+                        "--out", out)
     assert "from 6 turn states" in result.stdout and "done:" in result.stdout
     asked = StubOpenAI.requests_seen
     assert len(asked) == 6 * 3 and sum(body.get("n") == 3 for body in asked) == 6
@@ -1667,7 +1732,7 @@ def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, 
         assert all([m["role"] for m in r["chosen"]] == ["assistant", "user", "assistant"] for r in rows)
     else:  # the one successful trajectory, in TRL's prompt-completion format
         assert len(rows) == 1 and rows[0]["sample_idx"] == 0 and rows[0]["completion"][-1]["role"] == "assistant"
-    assert "nll" in read_jsonl(f"{out}/log.jsonl")[0] if method == "rft" else "margin" in read_jsonl(f"{out}/log.jsonl")[0]
+    assert ("nll" if method == "rft" else "margin") in read_jsonl(f"{out}/log.jsonl")[0]
     rollout_runs(out, tmp_path)
 
 
@@ -1683,7 +1748,8 @@ def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model)
     failed = write_jsonl(tmp_path / "failed.scored.jsonl", SCORED[1:])
     result = run_script("policy.py", failed, "--method", "rft", "--model", tiny_model, "--out", str(tmp_path / "p"),
                         check=False)
-    assert result.returncode == 2 and "error: no successful trajectory" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "error: no successful trajectory" in result.stderr
+    assert "Traceback" not in result.stderr
     result = run_script("policy.py", failed, "--critic", str(tmp_path / "nowhere"), "--model", tiny_model,
                         "--out", str(tmp_path / "p"), check=False)
     assert result.returncode == 2 and "error: no critic at" in result.stderr and "critic.py" in result.stderr
@@ -1754,14 +1820,17 @@ def logits_of(model_dir, ids=tuple(range(1, 60))):
 
 def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_model(tmp_path, tiny_model):
     data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
-    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",  # 5: one rank gets a padding pass
+    # --batch-size 5: one rank also runs a padding pass
+    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",
               "--eval-fraction", "0.25", "--dtype", "fp32"]
     run_script("critic.py", *common, "--out", str(tmp_path / "one"))
     result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "critic.py", *common,
                         "--fsdp", "--gradient-checkpointing", "--out", str(tmp_path / "fsdp"))
     assert result.stdout.count("done:") == 1  # rank 0 alone prints
-    assert sorted(os.listdir(tmp_path / "fsdp")) == sorted(os.listdir(tmp_path / "one"))  # one checkpoint, one metrics.json
-    one, fsdp = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("one", "fsdp"))
+    # one checkpoint, one metrics.json
+    assert sorted(os.listdir(tmp_path / "fsdp")) == sorted(os.listdir(tmp_path / "one"))
+    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    fsdp = json.loads((tmp_path / "fsdp" / "metrics.json").read_text())
     assert fsdp["after"]["loss"] == pytest.approx(one["after"]["loss"], rel=1e-4, abs=1e-5)
     losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "fsdp")]
     assert len(losses[1]) == 6 and losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-5)
@@ -1783,7 +1852,8 @@ def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
     assert sorted(os.listdir(tmp_path / "fsdp")) == sorted(os.listdir(tmp_path / "one"))
     logs = [read_jsonl(tmp_path / name / "log.jsonl") for name in ("one", "fsdp")]
     for statistic in ("loss", "margin", "chosen_logps"):  # the 1-process run shares each prompt's KV cache; FSDP cannot
-        assert [row[statistic] for row in logs[1]] == pytest.approx([row[statistic] for row in logs[0]], rel=1e-4, abs=1e-5)
+        one = [row[statistic] for row in logs[0]]
+        assert [row[statistic] for row in logs[1]] == pytest.approx(one, rel=1e-4, abs=1e-5)
     fsdp_logits = logits_of(str(tmp_path / "fsdp"))  # loaded as rollout.py --agent loads it
     assert torch.allclose(fsdp_logits, logits_of(str(tmp_path / "one")), atol=1e-4)
     assert not torch.allclose(fsdp_logits, logits_of(tiny_model), atol=1e-2)
@@ -1849,7 +1919,8 @@ def test_rollout_refuses_a_dead_server_before_loading_a_model(tmp_path, tiny_mod
     result = run_script("rollout.py", tasks, "--agent", models["--agent"], "--simulator", models["--simulator"],
                         "--out", str(tmp_path / "out.jsonl"), check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"error: {flag} {dead}: no OpenAI-compatible server answers" in result.stderr and "ConnectionError" in result.stderr
+    assert f"error: {flag} {dead}: no OpenAI-compatible server answers" in result.stderr
+    assert "ConnectionError" in result.stderr
     assert "forward passes" not in result.stdout  # no model was loaded
     assert os.listdir(tmp_path) == ["tasks.jsonl"]
 
@@ -1892,10 +1963,12 @@ def test_report_shades_turns_by_advantage_and_plots_the_logs(tmp_path):
                 {"role": "user", "content": "answer"}, {"role": "assistant", "content": "final code"}]
     trajectory = {"task_id": "t", "sample_idx": 0, "task": TIP_TASK, "dialogue_history": dialogue, "answer": "x",
                   "reward": 0.5, "success": False}
-    log = write_jsonl(tmp_path / "log.jsonl", [{"step": 1, "epoch": 1, "loss": 0.69}, {"step": 2, "epoch": 1, "loss": 0.5}])
+    log = write_jsonl(tmp_path / "log.jsonl",
+                      [{"step": 1, "epoch": 1, "loss": 0.69}, {"step": 2, "epoch": 1, "loss": 0.5}])
     out = tmp_path / "report.html"
-    write_report(str(out), [trajectory], [{"task_id": "t", "sample_idx": 0, "turn": 0, "advantage": -0.2},
-                                          {"task_id": "t", "sample_idx": 0, "turn": 1, "advantage": 0.1}], [("critic", log)])
+    advantages = [{"task_id": "t", "sample_idx": 0, "turn": 0, "advantage": -0.2},
+                  {"task_id": "t", "sample_idx": 0, "turn": 1, "advantage": 0.1}]
+    write_report(str(out), [trajectory], advantages, [("critic", log)])
     page = out.read_text()
     assert "A = -0.2000" in page and "A = +0.1000" in page
     assert "rgba(220,38,38,0.58)" in page and "rgba(22,163,74,0.33)" in page  # red blames, green credits, by |A|

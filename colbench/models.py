@@ -294,9 +294,11 @@ class EndpointChat:
         return [Reply(text.strip(), prompt, self.count_tokens(text)) for text in texts]
 
     def chat(self, conversations, max_new_tokens=256, temperature=1.0):
+        def reply(messages):
+            return self.complete(plain_messages(messages), max_new_tokens, temperature)[0]
+
         with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
-            return list(pool.map(lambda messages: self.complete(plain_messages(messages), max_new_tokens, temperature)[0],
-                                 conversations))
+            return list(pool.map(reply, conversations))
 
     def sample(self, conversations, n, max_new_tokens=256, temperature=1.0):
         """n replies to each conversation, the conversations concurrently: one request asks for all n;
