@@ -1,6 +1,6 @@
 """Stage 1 of SWEET-RL: multi-turn rollouts of an agent with a simulated human on ColBench tasks.
 
-    python rollout.py colbench/data/backend_train.jsonl            # -> runs/backend_train.traj.jsonl
+    python rollout.py colbench/tasks/backend_train.jsonl           # -> runs/backend_train.traj.jsonl
 
 Each task is played `--samples` times. The agent (a local Hugging Face model, the embedded
 SmolLM2-135M-Instruct by default, or an OpenAI-compatible URL) talks with the simulated human

@@ -418,11 +418,11 @@ def test_turn_spans_are_each_reply_as_the_template_renders_it_and_its_end_of_tur
         assert ids[start:end] == tokenizer(rendered + end_of_turn, add_special_tokens=False)["input_ids"]
 
 
-# ================================================================ Tests of the shipped backend task set (colbench/data/backend_{train,test}.jsonl).
+# ================================================================ Tests of the shipped backend task set (colbench/tasks/backend_{train,test}.jsonl).
 
-DATA = os.path.join(ROOT, "colbench", "data")
-TRAIN = os.path.join(DATA, "backend_train.jsonl")
-TEST = os.path.join(DATA, "backend_test.jsonl")
+TASKS_DIR = os.path.join(ROOT, "colbench", "tasks")
+TRAIN = os.path.join(TASKS_DIR, "backend_train.jsonl")
+TEST = os.path.join(TASKS_DIR, "backend_test.jsonl")
 SIGNATURE = "The signature of the function is:"
 TRIVIAL_NUMBERS = {0, 1, 2, 10, 100}
 
@@ -517,10 +517,10 @@ def test_tasks_descriptions_hide_the_constants():
 
 
 def test_tasks_regeneration_is_byte_identical(tmp_path):
-    subprocess.run([sys.executable, "-m", "colbench.backend_tasks", "--out", str(tmp_path)],
+    subprocess.run([sys.executable, "-m", "colbench.tasks.backend", "--out", str(tmp_path)],
                    cwd=ROOT, check=True, capture_output=True, timeout=120)
     for name in ("backend_train.jsonl", "backend_test.jsonl"):
-        with open(os.path.join(DATA, name), "rb") as shipped, open(tmp_path / name, "rb") as fresh:
+        with open(os.path.join(TASKS_DIR, name), "rb") as shipped, open(tmp_path / name, "rb") as fresh:
             assert shipped.read() == fresh.read(), name
 
 
@@ -1429,8 +1429,8 @@ def tiny_clip(tmp_path_factory):
 # ---------------------------------------------------------------- the task files
 
 def test_frontend_task_files_are_valid_varied_and_reproducible(tmp_path):
-    train = load_tasks(os.path.join(DATA, "frontend_train.jsonl"))
-    test = load_tasks(os.path.join(DATA, "frontend_test.jsonl"))
+    train = load_tasks(os.path.join(TASKS_DIR, "frontend_train.jsonl"))
+    test = load_tasks(os.path.join(TASKS_DIR, "frontend_test.jsonl"))
     assert len(train) >= 100 and len(test) >= 30
     for task in train + test:
         page = task["ground_truth"]
@@ -1439,9 +1439,9 @@ def test_frontend_task_files_are_valid_varied_and_reproducible(tmp_path):
     assert len({t["site"] for t in train}) >= 10
     assert {t["layout"] for t in train} == {"single", "hero", "sidebar", "cards"}
     assert len({t["palette"] for t in train}) >= 10 and len({t["nav"] for t in train}) >= 5
-    run_script("-m", "colbench.frontend_tasks", "--out", str(tmp_path))
+    run_script("-m", "colbench.tasks.frontend", "--out", str(tmp_path))
     for split in ("train", "test"):
-        with open(os.path.join(DATA, f"frontend_{split}.jsonl"), "rb") as shipped:
+        with open(os.path.join(TASKS_DIR, f"frontend_{split}.jsonl"), "rb") as shipped:
             assert (tmp_path / f"frontend_{split}.jsonl").read_bytes() == shipped.read()
 
 

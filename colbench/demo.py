@@ -81,12 +81,12 @@ def main():
     started = time.time()
     print(f"{name}: {json.dumps(s)} -> {out}", flush=True)
 
-    warm_tasks = easy_tasks("colbench/data/backend_train.jsonl", path("warm_tasks.jsonl"))
+    warm_tasks = easy_tasks("colbench/tasks/backend_train.jsonl", path("warm_tasks.jsonl"))
     rl_tasks = path("train_tasks.jsonl")
     if not os.path.exists(rl_tasks):
         tasks = load_tasks(warm_tasks)
         write_jsonl(rl_tasks, tasks[:: max(1, len(tasks) // s["rl_tasks"])][: s["rl_tasks"]])
-    test = easy_tasks("colbench/data/backend_test.jsonl", path("test_tasks.jsonl"))
+    test = easy_tasks("colbench/tasks/backend_test.jsonl", path("test_tasks.jsonl"))
     sampling = ["--max-turns", str(s["max_turns"]), "--max-new-tokens", str(s["max_new_tokens"]),
                 "--temperature", str(s["temperature"])]
 

@@ -1,7 +1,7 @@
 """The shipped frontend (web design) tasks of ColBench, generated from small templates.
 
-    python -m colbench.frontend_tasks              # rewrites colbench/data/frontend_{train,test}.jsonl
-    python -m colbench.frontend_tasks --out DIR    # writes the two files into DIR instead
+    python -m colbench.tasks.frontend              # rewrites colbench/tasks/frontend_{train,test}.jsonl
+    python -m colbench.tasks.frontend --out DIR    # writes the two files into DIR instead
 
 The output is byte-identical on every run: every draw comes from a `random.Random` seeded with
 `--seed`, the split and the task's number, never from the clock.
@@ -20,6 +20,7 @@ import os
 import random
 
 from colbench.data import write_jsonl
+from colbench.tasks import FOLDER
 
 SEED = 2503
 N_TRAIN, N_TEST = 120, 40
@@ -374,7 +375,7 @@ def make_tasks(split, count, seed=SEED):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"),
+    parser.add_argument("--out", default=FOLDER,
                         help="folder for frontend_train.jsonl and frontend_test.jsonl")
     parser.add_argument("--seed", type=int, default=SEED, help="seed of every draw")
     args = parser.parse_args()
