@@ -51,7 +51,7 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
                           positive_int)
-from colbench.data import DataError, default_output, load_trajectories, task_kind
+from colbench.data import DataError, default_output, load_trajectories, task_kind, write_jsonl
 from colbench.stats import bootstrap_mean_ci, spearman
 from colbench.env import agent_messages
 from colbench.models import (DTYPES, autocast, compute_dtype, default_device, describe_dtype, load_model, resolve_model,
@@ -461,14 +461,15 @@ def train(model, views, train_pairs, args, rng, log_path, dtype, rank, world):
     return step
 
 
-def write_advantages(path, trajectories, advantages, views):
-    """advantages.jsonl: one line per agent turn of each held-out trajectory, its advantage and reward."""
-    with open(path, "w") as f:
-        for t in trajectories:
-            first_turn = views[key(t)]["first_turn"]  # turns dropped by --max-length are not scored
-            for turn, advantage in enumerate(advantages[key(t)].tolist(), first_turn):
-                f.write(json.dumps({"task_id": t["task_id"], "sample_idx": t["sample_idx"], "turn": turn,
-                                    "advantage": advantage, "reward": t["reward"]}) + "\n")
+def advantage_rows(trajectories, advantages, views):
+    """The lines of advantages.jsonl: one per agent turn of each held-out trajectory, its advantage and reward."""
+    rows = []
+    for t in trajectories:
+        first_turn = views[key(t)]["first_turn"]  # turns dropped by --max-length are not scored
+        for turn, advantage in enumerate(advantages[key(t)].tolist(), first_turn):
+            rows.append({"task_id": t["task_id"], "sample_idx": t["sample_idx"], "turn": turn,
+                         "advantage": advantage, "reward": t["reward"]})
+    return rows
 
 
 def main(args):
@@ -545,8 +546,8 @@ def main(args):
                "steps": steps, "before": before, "after": after}
     with open(os.path.join(out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
-    write_advantages(os.path.join(out, "advantages.jsonl"), [t for t in used if t["task_id"] in eval_tasks],
-                     advantages, views)
+    held_out = [t for t in used if t["task_id"] in eval_tasks]
+    write_jsonl(os.path.join(out, "advantages.jsonl"), advantage_rows(held_out, advantages, views))
     summary = "no held-out pairs"
     if after:
         summary = (f"held-out pair accuracy {before['pair_accuracy']:.3f} -> {after['pair_accuracy']:.3f} "

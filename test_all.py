@@ -27,6 +27,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+import colbench.data
 from colbench import frontend, stats
 from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
                           positive_int, require_server)
@@ -108,8 +109,8 @@ TIP_TASK = {"task_id": "tip",
 
 
 def write_jsonl(path, records):
-    with open(path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
+    """colbench.data.write_jsonl, returning the path as a string: the argument a script takes."""
+    colbench.data.write_jsonl(str(path), records)
     return str(path)
 
 
@@ -122,8 +123,8 @@ def run_script(*args, check=True, timeout=300, **kwargs):
 
 
 def read_jsonl(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f]
+    """The records of a JSONL file, read by colbench.data."""
+    return [record for _, record in colbench.data.read_jsonl(str(path))]
 
 
 # ---------------------------------------------------------------- colbench/data.py: input files and their errors
@@ -551,10 +552,8 @@ def evaluate(path, *args, timeout=60, prefix=()):
     process.pid = running.pid  # sandbox runners carry it: `sandbox.py --serve PID`
     if process.returncode != 0:
         return process, None, None
-    with open(out) as f:
-        records = [json.loads(line) for line in f]
     with open(summary) as f:
-        return process, records, json.load(f)
+        return process, read_jsonl(out), json.load(f)
 
 
 def processes_with(marker):
