@@ -1,7 +1,9 @@
 """Every test of the project, fast, on tiny random models built in memory: `make test`.
 
 The scripts are run as subprocesses on tiny fixtures, as a user would run them; the losses are
-checked against values computed by hand.
+checked against values computed by hand. The sections follow the pipeline as a reader meets it:
+data, the protocol and simulators, rollout, evaluation and the sandbox, the critic, the policy, frontend
+design, torchrun, the report.
 """
 import argparse
 import ast
@@ -62,7 +64,7 @@ CHAT_STYLES = {
 }
 
 
-# ---------------------------------------------------------------- fixtures: a tiny model, tiny tasks
+# ======================== fixtures: a tiny model, tiny tasks, helpers
 
 def tiny_tokenizer(style="chatml"):
     """A byte-level BPE tokenizer trained in memory, with the chat template of `style` (CHAT_STYLES)."""
@@ -127,7 +129,7 @@ def read_jsonl(path):
     return [record for _, record in colbench.data.read_jsonl(str(path))]
 
 
-# ---------------------------------------------------------------- colbench/data.py: input files and their errors
+# ======================== 1. data: input files and their errors (colbench/data.py), flags (colbench/cli.py)
 
 @pytest.mark.parametrize("content, expected", [
     ("", "the file is empty"),
@@ -156,15 +158,172 @@ def test_task_id_is_derived_stably_and_official_trajectories_get_ids(tmp_path):
     assert {t["task_id"] for t in trajectories} == {derive_task_id(task["problem_description"])}
 
 
-def test_rollout_reports_bad_input_without_traceback(tmp_path):
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps(TIP_TASK) + "\n" + json.dumps({"problem_description": "x"}) + "\n")
-    result = run_script("rollout.py", str(bad), "--out", str(tmp_path / "o.jsonl"), check=False)
-    assert result.returncode == 2 and not (tmp_path / "o.jsonl").exists()
-    assert f"{bad}:2: missing field 'ground_truth'" in result.stderr and "Traceback" not in result.stderr
+def test_resume_reads_replies_that_hold_unicode_line_separators(tmp_path):
+    out = tmp_path / "traj.jsonl"
+    out.write_text(json.dumps({"task_id": "t", "sample_idx": 0, "answer": "a\u2028b"}, ensure_ascii=False) + "\n",
+                   encoding="utf-8")  # json.dumps leaves U+2028 raw: str.splitlines() would cut the line there
+    assert finished_keys(str(out)) == {("t", 0)}
 
 
-# ---------------------------------------------------------------- colbench/env.py and simulators.py: the protocol
+@pytest.mark.parametrize("check, accepted, refused", [
+    (positive_int, {"1": 1, "16": 16}, ["0", "-1", "1.5", "two", ""]),
+    (non_negative_int, {"0": 0, "7": 7}, ["-1", "0.5", "x"]),
+    (positive_float, {"0.5": 0.5, "3": 3.0, "1e-9": 1e-9}, ["0", "-0.0", "-1", "nan", "inf", "x"]),
+    (non_negative_float, {"0": 0.0, "2.5": 2.5}, ["-0.1", "nan", "inf", "x"]),
+    (fraction, {"1": 1.0, "0.25": 0.25}, ["0", "1.01", "-0.5", "nan", "x"]),
+    (fraction_or_zero, {"0": 0.0, "1": 1.0, "0.25": 0.25}, ["-0.1", "1.01", "nan", "x"]),
+    (at_least(2), {"2": 2, "16": 16}, ["1", "0", "2.5", "x"]),
+])
+def test_cli_types_accept_their_range_only(check, accepted, refused):
+    assert {text: check(text) for text in accepted} == accepted
+    for text in refused:
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(text))):
+            check(text)
+
+
+@pytest.mark.parametrize("script, flag, value, allowed", [
+    ("rollout.py", "--samples", "0", "an integer >= 1"),
+    ("rollout.py", "--limit", "-1", "an integer >= 1"),
+    ("rollout.py", "--max-turns", "-1", "an integer >= 1"),
+    ("rollout.py", "--batch-size", "0", "an integer >= 1"),
+    ("rollout.py", "--max-new-tokens", "0", "an integer >= 1"),
+    ("rollout.py", "--temperature", "-1", "a finite number >= 0"),
+    ("critic.py", "--epochs", "0", "an integer >= 1"),
+    ("critic.py", "--batch-size", "0", "an integer >= 1"),
+    ("critic.py", "--eval-fraction", "2", "a number in [0, 1]"),
+    ("critic.py", "--lr", "0", "a finite number > 0"),
+    ("critic.py", "--beta", "-0.1", "a finite number > 0"),
+    ("critic.py", "--min-reward-gap", "-1", "a finite number >= 0"),
+    ("critic.py", "--max-length", "8", "an integer >= 32"),
+    ("policy.py", "--candidates", "1", "an integer >= 2"),
+    ("policy.py", "--candidates", "0", "an integer >= 2"),
+    ("policy.py", "--epochs", "0", "an integer >= 1"),
+    ("policy.py", "--data-fraction", "0", "a number in (0, 1]"),
+    ("policy.py", "--pairs-per-turn", "0", "an integer >= 1"),
+    ("policy.py", "--sample-batch-size", "0", "an integer >= 1"),
+    ("policy.py", "--temperature", "-0.5", "a finite number >= 0"),
+    ("policy.py", "--lr", "nan", "a finite number > 0"),
+    ("policy.py", "--beta", "0", "a finite number > 0"),
+    ("-m colbench.judge", "--candidates", "1", "an integer >= 2"),
+    ("-m colbench.warmstart", "--samples", "0", "an integer >= 1"),
+])
+def test_stages_refuse_a_bad_flag_value_at_parse_time(tmp_path, script, flag, value, allowed):
+    given = write_jsonl(tmp_path / "in.jsonl", [TIP_TASK])
+    critic_flag = ["--critic", str(tmp_path / "critic")] if "judge" in script else []  # judge requires one
+    result = run_script(*script.split(), given, "--out", str(tmp_path / "out"), *critic_flag, flag, value, check=False)
+    assert result.returncode == 2
+    assert f"error: argument {flag}: '{value}' is not {allowed}" in result.stderr and "Traceback" not in result.stderr
+    assert os.listdir(tmp_path) == ["in.jsonl"]
+
+
+# --- the shipped backend task set (colbench/tasks/backend_{train,test}.jsonl)
+
+TASKS_DIR = os.path.join(ROOT, "colbench", "tasks")
+TRAIN = os.path.join(TASKS_DIR, "backend_train.jsonl")
+TEST = os.path.join(TASKS_DIR, "backend_test.jsonl")
+SIGNATURE = "The signature of the function is:"
+TRIVIAL_NUMBERS = {0, 1, 2, 10, 100}
+
+
+# Runs every reference on its own tests in a fresh namespace, in a child process, and prints
+# {task_id: [repr(output), ...]}; run twice to check the outputs are deterministic.
+RUN_REFERENCES = """
+import json, sys
+results = {}
+for path in sys.argv[1:]:
+    for line in open(path, encoding="utf-8"):
+        task = json.loads(line)
+        namespace = {}
+        exec(task["ground_truth"], namespace)
+        results[task["task_id"]] = [repr(eval(call, namespace)) for call in task["test_cases"].values()]
+print(json.dumps(results))
+"""
+
+
+def tasks():
+    return load_tasks(TRAIN), load_tasks(TEST)
+
+
+def request_part(task):
+    """The description without its final signature line (which may name parameters)."""
+    return task["problem_description"].split(SIGNATURE)[0]
+
+
+def test_tasks_sizes_families_and_schema():
+    train, test = tasks()
+    assert len(train) >= 400 and len(test) >= 100
+    train_families = {t["family"] for t in train}
+    test_families = {t["family"] for t in test}
+    assert len(train_families | test_families) >= 40
+    assert len(test_families - train_families) >= 10
+    assert all(t["task_id"] == f"backend-train-{i:04d}" for i, t in enumerate(train, 1))
+    assert all(t["task_id"] == f"backend-test-{i:04d}" for i, t in enumerate(test, 1))
+    for task in train + test:
+        assert task["tier"] in ("easy", "medium", "hard")
+        assert list(task["test_cases"]) == [f"test{i}" for i in range(1, 11)]
+        assert len(set(task["test_cases"].values())) == 10, task["task_id"]  # ten distinct calls
+        assert task["hidden_facts"] and all(fact.strip() for fact in task["hidden_facts"])
+        name = re.search(r"^def (\w+)\(", task["ground_truth"], re.M).group(1)
+        signature = task["problem_description"].split(SIGNATURE)[1].strip()
+        assert signature.startswith(f"def {name}(") and signature in task["ground_truth"]
+        assert all(call.startswith(name + "(") for call in task["test_cases"].values())
+
+
+def test_tasks_easy_tier_in_both_sets():
+    for split in tasks():
+        tiers = Counter(t["tier"] for t in split)
+        assert tiers["easy"] >= 0.25 * len(split)
+        assert tiers["medium"] and tiers["hard"]
+        assert len({t["family"] for t in split if t["tier"] == "easy"}) >= 3
+
+
+def test_tasks_no_task_repeats_across_sets():
+    train, test = tasks()
+    assert not {t["ground_truth"] for t in train} & {t["ground_truth"] for t in test}
+
+
+def test_tasks_references_pass_their_tests_deterministically():
+    runs = [subprocess.run([sys.executable, "-c", RUN_REFERENCES, TRAIN, TEST], capture_output=True,
+                           text=True, timeout=120, check=True).stdout for _ in range(2)]
+    assert runs[0] == runs[1]
+    outputs = json.loads(runs[0])
+    assert len(outputs) == sum(len(split) for split in tasks())
+    for task_id, results in outputs.items():
+        assert len(results) == 10, task_id
+        assert "None" not in results, task_id
+        assert len(set(results)) > 1, task_id
+
+
+def test_tasks_descriptions_hide_the_constants():
+    for task in sum(tasks(), []):
+        request = request_part(task)
+        numbers_said = {float(token) for token in re.findall(r"\d+(?:\.\d+)?", request)}
+        words_said = request.lower()
+        inputs = " ".join(task["test_cases"].values())
+        for node in ast.walk(ast.parse(task["ground_truth"])):
+            if not isinstance(node, ast.Constant):
+                continue
+            value = node.value
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if abs(value) in TRIVIAL_NUMBERS:
+                    continue
+                spoken = {abs(value), round(abs(value) * 100, 6)}  # 0.15 may be said as 15 percent
+                assert not spoken & numbers_said, (task["task_id"], value)
+            elif isinstance(value, str) and len(value.strip()) > 3 and value not in inputs:
+                # a string the function produces (a label, a format piece) is a hidden detail
+                pattern = r"(?<!\w)" + re.escape(value.strip().lower()) + r"(?!\w)"
+                assert not re.search(pattern, words_said), (task["task_id"], value)
+
+
+def test_tasks_regeneration_is_byte_identical(tmp_path):
+    subprocess.run([sys.executable, "-m", "colbench.tasks.backend", "--out", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=120)
+    for name in ("backend_train.jsonl", "backend_test.jsonl"):
+        with open(os.path.join(TASKS_DIR, name), "rb") as shipped, open(tmp_path / name, "rb") as fresh:
+            assert shipped.read() == fresh.read(), name
+
+
+# ======================== 2. the protocol (colbench/env.py), the simulated human (colbench/simulators.py), servers
 
 def test_episode_ends_on_the_marker_or_the_last_turn():
     episode = Episode(TIP_TASK, 0, max_turns=3)
@@ -310,7 +469,78 @@ def test_endpoint_samples_n_replies_per_request_or_one_request_each(stub_server,
     assert all(body["max_tokens"] == 5 and body["temperature"] == 1.0 for body in asked)
 
 
-# ---------------------------------------------------------------- rollout.py, end to end
+def closed_port_url():
+    """The URL of a local port nothing listens on: bound, then released."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+def test_require_server_passes_a_live_server_and_refuses_a_dead_one_within_seconds(stub_server, capsys):
+    require_server("--agent", stub_server)
+    dead, start = closed_port_url(), time.monotonic()
+    with pytest.raises(SystemExit) as stopped:
+        require_server("--simulator", dead)
+    assert stopped.value.code == 2 and time.monotonic() - start < 5
+    assert f"error: --simulator {dead}: no OpenAI-compatible server answers" in capsys.readouterr().err
+
+
+# --- chat templates: the tokens of each agent turn (colbench/models.py)
+
+def test_turn_spans_select_exactly_the_assistant_tokens(tiny_model):
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"},
+                {"role": "assistant", "content": "What percent? 18%"}, {"role": "user", "content": "ok"},
+                {"role": "assistant", "content": " def f(x):\n  return 1"}]
+    ids, spans = tokenize_turns(tokenizer, messages)
+    assert [tokenizer.decode(ids[a:b]) for a, b in spans] == [
+        "What percent? 18%<|im_end|>", " def f(x):\n  return 1<|im_end|>"]
+    outside = [k for k in range(len(ids)) if not any(a <= k < b for a, b in spans)]
+    assert "percent" not in tokenizer.decode([ids[k] for k in outside])
+
+
+def official_scored(n_tasks):
+    """Scored trajectories in the official offline schema (no task_id, no sample_idx), replies as raw vLLM
+    output with the whitespace around them, as in colbench_code_offline_15k_llama8b.jsonl."""
+    records = []
+    for n in range(n_tasks):
+        task = {k: v for k, v in TIP_TASK.items() if k != "task_id"}
+        task["problem_description"] = f"Task {n}: " + task["problem_description"]
+        for factor, reward in (("0.18", 1.0), ("0.2", 0.3), ("1", 0.0)):
+            answer = f"def tip(bill):\n    return round(bill * {factor}, 2)"
+            question, reply = "  What percent should the tip be?\n", f"  I WANT TO ANSWER: {answer}\n\n"
+            records.append({"task": task, "answer": answer, "reward": reward, "dialogue_history": [
+                {"role": "user", "content": task["problem_description"]},
+                {"role": "assistant", "content": question, "input": "<prompt>", "output": question},
+                {"role": "user", "content": "The tip is 18 percent."},
+                {"role": "assistant", "content": reply, "input": "<prompt>", "output": reply}]})
+    return records
+
+
+@pytest.mark.parametrize("style", CHAT_STYLES)
+def test_turn_spans_are_each_reply_as_the_template_renders_it_and_its_end_of_turn_token(style):
+    tokenizer, end_of_turn = tiny_tokenizer(style), CHAT_STYLES[style][2]
+    messages = [{"role": m["role"], "content": m["content"]} for m in official_scored(1)[0]["dialogue_history"]]
+    messages += [{"role": "user", "content": "Anything else?"}, {"role": "assistant", "content": ""}]
+    ids, spans = tokenize_turns(tokenizer, messages)
+    assert tokenizer.decode(ids, clean_up_tokenization_spaces=False) == chat_text(tokenizer, messages)
+    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert len(spans) == len(replies) == 3
+    for (start, end), reply in zip(spans, replies):
+        rendered = reply if style == "chatml" else reply.strip()  # the Llama-3 and Qwen-style templates strip
+        assert ids[start:end] == tokenizer(rendered + end_of_turn, add_special_tokens=False)["input_ids"]
+
+
+# ======================== 3. rollout.py, end to end
+
+def test_rollout_reports_bad_input_without_traceback(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(TIP_TASK) + "\n" + json.dumps({"problem_description": "x"}) + "\n")
+    result = run_script("rollout.py", str(bad), "--out", str(tmp_path / "o.jsonl"), check=False)
+    assert result.returncode == 2 and not (tmp_path / "o.jsonl").exists()
+    assert f"{bad}:2: missing field 'ground_truth'" in result.stderr and "Traceback" not in result.stderr
+
 
 def test_rollout_with_tiny_model_writes_the_trajectory_schema(tmp_path, tiny_model):
     tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK, dict(TIP_TASK, task_id="tip2")])
@@ -374,158 +604,31 @@ def test_rollout_with_url_agent_and_url_simulator(tmp_path, stub_server):
     assert "tokens generated" in result.stdout
 
 
-def test_turn_spans_select_exactly_the_assistant_tokens(tiny_model):
-    from transformers import AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"},
-                {"role": "assistant", "content": "What percent? 18%"}, {"role": "user", "content": "ok"},
-                {"role": "assistant", "content": " def f(x):\n  return 1"}]
-    ids, spans = tokenize_turns(tokenizer, messages)
-    assert [tokenizer.decode(ids[a:b]) for a, b in spans] == [
-        "What percent? 18%<|im_end|>", " def f(x):\n  return 1<|im_end|>"]
-    outside = [k for k in range(len(ids)) if not any(a <= k < b for a, b in spans)]
-    assert "percent" not in tokenizer.decode([ids[k] for k in outside])
+@pytest.mark.parametrize("flag", ["--agent", "--simulator"])
+def test_rollout_refuses_a_dead_server_before_loading_a_model(tmp_path, tiny_model, flag):
+    tasks, dead = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK]), closed_port_url()
+    models = {"--agent": tiny_model, "--simulator": "embedded", flag: dead}
+    result = run_script("rollout.py", tasks, "--agent", models["--agent"], "--simulator", models["--simulator"],
+                        "--out", str(tmp_path / "out.jsonl"), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {flag} {dead}: no OpenAI-compatible server answers" in result.stderr
+    assert "ConnectionError" in result.stderr
+    assert "forward passes" not in result.stdout  # no model was loaded
+    assert os.listdir(tmp_path) == ["tasks.jsonl"]
 
 
-def official_scored(n_tasks):
-    """Scored trajectories in the official offline schema (no task_id, no sample_idx), replies as raw vLLM
-    output with the whitespace around them, as in colbench_code_offline_15k_llama8b.jsonl."""
-    records = []
-    for n in range(n_tasks):
-        task = {k: v for k, v in TIP_TASK.items() if k != "task_id"}
-        task["problem_description"] = f"Task {n}: " + task["problem_description"]
-        for factor, reward in (("0.18", 1.0), ("0.2", 0.3), ("1", 0.0)):
-            answer = f"def tip(bill):\n    return round(bill * {factor}, 2)"
-            question, reply = "  What percent should the tip be?\n", f"  I WANT TO ANSWER: {answer}\n\n"
-            records.append({"task": task, "answer": answer, "reward": reward, "dialogue_history": [
-                {"role": "user", "content": task["problem_description"]},
-                {"role": "assistant", "content": question, "input": "<prompt>", "output": question},
-                {"role": "user", "content": "The tip is 18 percent."},
-                {"role": "assistant", "content": reply, "input": "<prompt>", "output": reply}]})
-    return records
+def test_rollout_refuses_to_resume_into_a_file_that_is_not_trajectories(tmp_path, tiny_model):
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK])
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text(json.dumps(TIP_TASK) + "\n" + '{"task_id": "torn')  # a torn last line stays: nothing is cut
+    before = wrong.read_bytes()
+    result = run_script("rollout.py", tasks, "--agent", tiny_model, "--out", str(wrong), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {wrong}:1: missing field 'sample_idx'" in result.stderr
+    assert wrong.read_bytes() == before and "forward passes" not in result.stdout
 
 
-@pytest.mark.parametrize("style", CHAT_STYLES)
-def test_turn_spans_are_each_reply_as_the_template_renders_it_and_its_end_of_turn_token(style):
-    tokenizer, end_of_turn = tiny_tokenizer(style), CHAT_STYLES[style][2]
-    messages = [{"role": m["role"], "content": m["content"]} for m in official_scored(1)[0]["dialogue_history"]]
-    messages += [{"role": "user", "content": "Anything else?"}, {"role": "assistant", "content": ""}]
-    ids, spans = tokenize_turns(tokenizer, messages)
-    assert tokenizer.decode(ids, clean_up_tokenization_spaces=False) == chat_text(tokenizer, messages)
-    replies = [m["content"] for m in messages if m["role"] == "assistant"]
-    assert len(spans) == len(replies) == 3
-    for (start, end), reply in zip(spans, replies):
-        rendered = reply if style == "chatml" else reply.strip()  # the Llama-3 and Qwen-style templates strip
-        assert ids[start:end] == tokenizer(rendered + end_of_turn, add_special_tokens=False)["input_ids"]
-
-
-# ================================================================ Tests of the shipped backend task set (colbench/tasks/backend_{train,test}.jsonl).
-
-TASKS_DIR = os.path.join(ROOT, "colbench", "tasks")
-TRAIN = os.path.join(TASKS_DIR, "backend_train.jsonl")
-TEST = os.path.join(TASKS_DIR, "backend_test.jsonl")
-SIGNATURE = "The signature of the function is:"
-TRIVIAL_NUMBERS = {0, 1, 2, 10, 100}
-
-# Runs every reference on its own tests in a fresh namespace, in a child process, and prints
-# {task_id: [repr(output), ...]}; run twice to check the outputs are deterministic.
-RUN_REFERENCES = """
-import json, sys
-results = {}
-for path in sys.argv[1:]:
-    for line in open(path, encoding="utf-8"):
-        task = json.loads(line)
-        namespace = {}
-        exec(task["ground_truth"], namespace)
-        results[task["task_id"]] = [repr(eval(call, namespace)) for call in task["test_cases"].values()]
-print(json.dumps(results))
-"""
-
-
-def tasks():
-    return load_tasks(TRAIN), load_tasks(TEST)
-
-
-def request_part(task):
-    """The description without its final signature line (which may name parameters)."""
-    return task["problem_description"].split(SIGNATURE)[0]
-
-
-def test_tasks_sizes_families_and_schema():
-    train, test = tasks()
-    assert len(train) >= 400 and len(test) >= 100
-    train_families = {t["family"] for t in train}
-    test_families = {t["family"] for t in test}
-    assert len(train_families | test_families) >= 40
-    assert len(test_families - train_families) >= 10
-    assert all(t["task_id"] == f"backend-train-{i:04d}" for i, t in enumerate(train, 1))
-    assert all(t["task_id"] == f"backend-test-{i:04d}" for i, t in enumerate(test, 1))
-    for task in train + test:
-        assert task["tier"] in ("easy", "medium", "hard")
-        assert list(task["test_cases"]) == [f"test{i}" for i in range(1, 11)]
-        assert len(set(task["test_cases"].values())) == 10, task["task_id"]  # ten distinct calls
-        assert task["hidden_facts"] and all(fact.strip() for fact in task["hidden_facts"])
-        name = re.search(r"^def (\w+)\(", task["ground_truth"], re.M).group(1)
-        signature = task["problem_description"].split(SIGNATURE)[1].strip()
-        assert signature.startswith(f"def {name}(") and signature in task["ground_truth"]
-        assert all(call.startswith(name + "(") for call in task["test_cases"].values())
-
-
-def test_tasks_easy_tier_in_both_sets():
-    for split in tasks():
-        tiers = Counter(t["tier"] for t in split)
-        assert tiers["easy"] >= 0.25 * len(split)
-        assert tiers["medium"] and tiers["hard"]
-        assert len({t["family"] for t in split if t["tier"] == "easy"}) >= 3
-
-
-def test_tasks_no_task_repeats_across_sets():
-    train, test = tasks()
-    assert not {t["ground_truth"] for t in train} & {t["ground_truth"] for t in test}
-
-
-def test_tasks_references_pass_their_tests_deterministically():
-    runs = [subprocess.run([sys.executable, "-c", RUN_REFERENCES, TRAIN, TEST], capture_output=True,
-                           text=True, timeout=120, check=True).stdout for _ in range(2)]
-    assert runs[0] == runs[1]
-    outputs = json.loads(runs[0])
-    assert len(outputs) == sum(len(split) for split in tasks())
-    for task_id, results in outputs.items():
-        assert len(results) == 10, task_id
-        assert "None" not in results, task_id
-        assert len(set(results)) > 1, task_id
-
-
-def test_tasks_descriptions_hide_the_constants():
-    for task in sum(tasks(), []):
-        request = request_part(task)
-        numbers_said = {float(token) for token in re.findall(r"\d+(?:\.\d+)?", request)}
-        words_said = request.lower()
-        inputs = " ".join(task["test_cases"].values())
-        for node in ast.walk(ast.parse(task["ground_truth"])):
-            if not isinstance(node, ast.Constant):
-                continue
-            value = node.value
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                if abs(value) in TRIVIAL_NUMBERS:
-                    continue
-                spoken = {abs(value), round(abs(value) * 100, 6)}  # 0.15 may be said as 15 percent
-                assert not spoken & numbers_said, (task["task_id"], value)
-            elif isinstance(value, str) and len(value.strip()) > 3 and value not in inputs:
-                # a string the function produces (a label, a format piece) is a hidden detail
-                pattern = r"(?<!\w)" + re.escape(value.strip().lower()) + r"(?!\w)"
-                assert not re.search(pattern, words_said), (task["task_id"], value)
-
-
-def test_tasks_regeneration_is_byte_identical(tmp_path):
-    subprocess.run([sys.executable, "-m", "colbench.tasks.backend", "--out", str(tmp_path)],
-                   cwd=ROOT, check=True, capture_output=True, timeout=120)
-    for name in ("backend_train.jsonl", "backend_test.jsonl"):
-        with open(os.path.join(TASKS_DIR, name), "rb") as shipped, open(tmp_path / name, "rb") as fresh:
-            assert shipped.read() == fresh.read(), name
-
-
-# ================================================================ Tests of evaluate.py and the sandbox: the real script on hostile and honest programs.
+# ======================== 4. evaluate.py and the sandbox: the real script on hostile and honest programs
 
 REFERENCE = "def f(x):\n    return x * 2\n"
 CALLS = {"test1": "f(1)", "test2": "f(2)", "test3": "f(3)"}
@@ -536,8 +639,6 @@ def trajectory(answer, task_id="double", reference=REFERENCE, calls=CALLS, **ext
             "test_cases": calls}
     return {"task_id": task_id, "task": task, "dialogue_history": [{"role": "user", "content": "hi"}],
             "answer": answer, **extra}
-
-
 
 
 def evaluate(path, *args, timeout=60, prefix=()):
@@ -897,22 +998,6 @@ def test_eval_missing_file_and_frontend_without_clip_weights(tmp_path):
     assert "--clip PATH" in process.stderr and "Traceback" not in process.stderr
 
 
-@pytest.mark.parametrize("check, accepted, refused", [
-    (positive_int, {"1": 1, "16": 16}, ["0", "-1", "1.5", "two", ""]),
-    (non_negative_int, {"0": 0, "7": 7}, ["-1", "0.5", "x"]),
-    (positive_float, {"0.5": 0.5, "3": 3.0, "1e-9": 1e-9}, ["0", "-0.0", "-1", "nan", "inf", "x"]),
-    (non_negative_float, {"0": 0.0, "2.5": 2.5}, ["-0.1", "nan", "inf", "x"]),
-    (fraction, {"1": 1.0, "0.25": 0.25}, ["0", "1.01", "-0.5", "nan", "x"]),
-    (fraction_or_zero, {"0": 0.0, "1": 1.0, "0.25": 0.25}, ["-0.1", "1.01", "nan", "x"]),
-    (at_least(2), {"2": 2, "16": 16}, ["1", "0", "2.5", "x"]),
-])
-def test_cli_types_accept_their_range_only(check, accepted, refused):
-    assert {text: check(text) for text in accepted} == accepted
-    for text in refused:
-        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(text))):
-            check(text)
-
-
 @pytest.mark.parametrize("flag, value, allowed", [
     ("--timeout", "0", "a finite number > 0"), ("--timeout", "-1", "a finite number > 0"),
     ("--workers", "0", "an integer >= 1"), ("--workers", "-2", "an integer >= 1"),
@@ -1093,7 +1178,7 @@ def test_eval_runner_removes_the_folders_of_dead_runners_only():
         shutil.rmtree(live, ignore_errors=True)
 
 
-# ================================================================ Tests of critic.py (to be merged into test_all.py): the loss by hand, the critic's prompt and its
+# ======================== 5. critic.py: the loss by hand, the critic's prompt, log-probs both ways, training
 
 HISTORY = [{"role": "user", "content": TIP_TASK["problem_description"]},
            {"role": "assistant", "content": "What percent should the tip be?"},
@@ -1373,189 +1458,7 @@ def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
     assert tokenizer.decode(ids[spans[1][0]:spans[1][1]]).startswith("I WANT TO ANSWER: <html>")
 
 
-def test_critic_under_torchrun_with_2_processes_matches_1_process(tmp_path, tiny_model):
-    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
-    # --batch-size 5: one rank also runs a padding pass
-    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",
-              "--eval-fraction", "0.25", "--dtype", "fp32"]
-    run_script("critic.py", *common, "--out", str(tmp_path / "one"))
-    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "critic.py", *common,
-                        "--out", str(tmp_path / "two"))
-    assert result.stdout.count("done:") == 1  # rank 0 alone prints
-    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
-    two = json.loads((tmp_path / "two" / "metrics.json").read_text())
-    assert one["steps"] == two["steps"] and one["after"]["pair_accuracy"] == two["after"]["pair_accuracy"]
-    assert two["after"]["loss"] == pytest.approx(one["after"]["loss"], rel=1e-3, abs=1e-4)
-    losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "two")]
-    assert losses[1] == pytest.approx(losses[0], rel=1e-3, abs=1e-4)
-    assert sorted(os.listdir(tmp_path / "two")) == sorted(os.listdir(tmp_path / "one"))
-
-
-# ================================================================ Tests of the frontend half of ColBench: tasks, rendering, the simulated human, CLIP scoring, win rate.
-
-PAGE = ("<!DOCTYPE html><html><head><style>body{background:#0f1c3f;color:#f5f5f5;font-family:Georgia,serif}"
-        "nav{background:#d4a017;padding:12px} nav a{color:#0f1c3f;margin-right:20px}</style></head><body>"
-        "<nav><a href='#'>Home</a><a href='#menu'>Menu</a><a href='#visit'>Visit</a></nav><h1>Golden Crust</h1>"
-        "<section><h2>Menu</h2><p>Bread.</p></section><section><h2>Visit</h2><p>Maple Street.</p></section>"
-        "<footer>2024</footer></body></html>")
-PAGE_TASK = {"task_id": "bakery", "problem_description": "I run a bakery called Golden Crust; make me a website.",
-             "ground_truth": PAGE}
-
-
-def turn(text):
-    """A dialogue whose latest message is the agent's `text`."""
-    return [{"role": "user", "content": PAGE_TASK["problem_description"]}, {"role": "assistant", "content": text}]
-
-
-@pytest.fixture(scope="session")
-def tiny_clip(tmp_path_factory):
-    """A random CLIPModel with 32x32 images, saved with its CLIPImageProcessor."""
-    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
-    folder = str(tmp_path_factory.mktemp("tiny_clip"))
-    torch.manual_seed(0)
-    config = CLIPConfig(
-        text_config=dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
-                         pad_token_id=1),
-        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=32, patch_size=8),
-        projection_dim=8)
-    CLIPModel(config).save_pretrained(folder)
-    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(folder)
-    return folder
-
-
-# ---------------------------------------------------------------- the task files
-
-def test_frontend_task_files_are_valid_varied_and_reproducible(tmp_path):
-    train = load_tasks(os.path.join(TASKS_DIR, "frontend_train.jsonl"))
-    test = load_tasks(os.path.join(TASKS_DIR, "frontend_test.jsonl"))
-    assert len(train) >= 100 and len(test) >= 30
-    for task in train + test:
-        page = task["ground_truth"]
-        assert task_kind(task) == "frontend" and len(page) < 4000
-        assert "<style>" in page and "<script" not in page and not re.search(r"(src|href)=\"(https?:)?//", page)
-    assert len({t["site"] for t in train}) >= 10
-    assert {t["layout"] for t in train} == {"single", "hero", "sidebar", "cards"}
-    assert len({t["palette"] for t in train}) >= 10 and len({t["nav"] for t in train}) >= 5
-    run_script("-m", "colbench.tasks.frontend", "--out", str(tmp_path))
-    for split in ("train", "test"):
-        with open(os.path.join(TASKS_DIR, f"frontend_{split}.jsonl"), "rb") as shipped:
-            assert (tmp_path / f"frontend_{split}.jsonl").read_bytes() == shipped.read()
-
-
-# ---------------------------------------------------------------- rendering
-
-def test_frontend_render_page_and_broken_pages():
-    image = render(PAGE)
-    assert image.size == (1024, 768) and image.getpixel((500, 700)) == (15, 28, 63)   # the navy background
-    assert image.getpixel((500, 20)) == (212, 160, 23)                                # the gold navigation bar
-    unclosed = render("<html><body style='background:#ff0000'><h1>cut sh")           # broken HTML still renders
-    assert unclosed.getpixel((500, 500)) == (255, 0, 0)
-    offline = render("<html><head><script src='https://cdn.example.com/x.js'></script></head>"
-                     "<body style='background:#00ff00'></body></html>", timeout=8)    # no network, no wait
-    assert offline.getpixel((10, 10)) == (0, 255, 0)
-    hanging = render("<html><body style='background:red'><script>while (true) {}</script></body></html>", timeout=2)
-    assert hanging.getextrema() == ((255, 255),) * 3                                  # fails -> blank
-    assert render("").getextrema() == ((255, 255),) * 3
-
-
-# ---------------------------------------------------------------- the protocol and the simulated human
-
-def test_frontend_episode_answer_is_the_last_page_proposed():
-    two_pages = "Here: <html><body>one</body></html> and <HTML><body>two</body></HTML> ok"
-    assert html_page(two_pages) == "<HTML><body>two</body></HTML>"
-    assert html_page("<!DOCTYPE html>\n<html><body>cut short") == "<!DOCTYPE html>\n<html><body>cut short"
-    assert html_page("What colors do you like?") is None
-    episode = Episode(PAGE_TASK, 0, max_turns=3)
-    assert "<html>" in episode.agent_view()[0]["content"]
-    episode.add_agent_turn(Reply("Draft: <html><body>first</body></html>", "p", 1))
-    episode.add_human_turn("More blue.")
-    episode.add_agent_turn(Reply("Is blue fine? <html><body>second</body></html>", "p", 1))
-    episode.add_human_turn("Yes.")
-    assert episode.add_agent_turn(Reply(f"{ANSWER_MARKER} that one.", "p", 1))
-    assert episode.answer == "<html><body>second</body></html>" and episode.answered_with_marker
-
-
-def test_frontend_simulator_names_planted_differences():
-    simulator = make_simulator("embedded")
-
-    def say(page):
-        return simulator.respond([(PAGE_TASK, turn(f"How is this? {page}"))])[0]
-
-    assert say(PAGE) == frontend.LOOKS_RIGHT
-    recolored = say(PAGE.replace("background:#0f1c3f", "background:#ffffff"))
-    assert recolored.startswith("The page background should be navy, not white.")
-    no_nav = say(re.sub(r"<nav>.*?</nav>", "", PAGE))
-    assert "navigation menu at the top" in no_nav and "'Menu'" in no_nav
-    without_visit = PAGE.replace("<section><h2>Visit</h2><p>Maple Street.</p></section>", "")
-    missing = say(without_visit.replace("Golden Crust", "Bakery"))
-    assert "The main title should say 'Golden Crust'." in missing and "missing the section 'Visit'" in missing
-    plain = say("<html><body><h1>Hello</h1></body></html>")
-    assert len(plain) <= frontend.MAX_REPLY_CHARS and plain.count(".") <= frontend.MAX_DIFFERENCES + 2
-    assert "<" not in plain and "#0f1c3f" not in plain                                # never pastes the reference
-    no_page = say("What colors do you like?")
-    assert no_page.startswith(frontend.NO_PAGE) and "navy" in no_page
-
-
-def test_frontend_vision_endpoint_gets_both_screenshots(stub_server):
-    simulator = make_simulator(stub_server)
-    reply = simulator.respond([(PAGE_TASK, turn("Draft: <html><body>hi</body></html>"))])[0]
-    assert reply.startswith("The tip is 18 percent.") and len(reply) > 400  # the frontend limit, not the backend's
-    content = StubOpenAI.requests_seen[-1]["messages"][1]["content"]
-    images = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
-    assert len(images) == 2 and all(url.startswith("data:image/png;base64,") for url in images)
-    simulator.respond([(PAGE_TASK, turn("Which colors?"))])
-    assert sum(part["type"] == "image_url" for part in StubOpenAI.requests_seen[-1]["messages"][1]["content"]) == 1
-
-
-# ---------------------------------------------------------------- scoring: CLIP cosine and win rate
-
-def test_frontend_clip_cosine_with_a_tiny_random_clip(tiny_clip):
-    scorer = frontend.ClipScorer(tiny_clip)
-    red, blue = Image.new("RGB", (64, 48), "red"), Image.new("RGB", (64, 48), "blue")
-    same, different = scorer.cosine([red, blue], [red.copy(), red])
-    assert same == pytest.approx(1.0, abs=1e-5) and -1.0 <= different < 0.999
-    with pytest.raises(frontend.ClipUnavailable, match="--clip PATH"):
-        frontend.ClipScorer(os.path.join(tiny_clip, "absent"))
-
-
-def test_frontend_win_rate_counts_ties_half():
-    mine = {"a": [0.9], "b": [0.5, 0.7], "c": [0.3], "d": [0.8], "only-mine": [1.0]}
-    theirs = {"a": [0.8], "b": [0.6], "c": [0.4], "d": [0.8], "only-theirs": [0.0]}
-    assert frontend.win_rate(mine, theirs) == (pytest.approx((1 + 0.5 + 0 + 0.5) / 4), 1, 2, 1)  # b: 0.6 == 0.6
-    assert frontend.win_rate({"x": [1.0]}, {"y": [0.0]}) == (None, 0, 0, 0)
-
-
-def test_frontend_rollout_two_turns_then_clip_evaluation_and_win_rate(tmp_path, tiny_model, tiny_clip):
-    tasks = write_jsonl(tmp_path / "front.jsonl", [dict(PAGE_TASK, task_id=f"page{i}") for i in range(2)])
-    trajectories, scored = str(tmp_path / "t.jsonl"), str(tmp_path / "s.jsonl")
-    run_script("rollout.py", tasks, "--agent", tiny_model, "--max-turns", "2", "--max-new-tokens", "8",
-               "--out", trajectories)
-    for record in read_jsonl(trajectories):
-        assert [t["role"] for t in record["dialogue_history"]] == ["user", "assistant", "user", "assistant"]
-        assert record["dialogue_history"][2]["content"].startswith(frontend.NO_PAGE)  # the tiny model writes no page
-        assert record["answer"] == ""
-    result = run_script("evaluate.py", trajectories, "--out", scored, "--clip", tiny_clip)
-    assert "mean CLIP cosine" in result.stdout
-    assert all(-1.0 <= r["reward"] <= 1.0 and r["answered_page"] is False for r in read_jsonl(scored))
-    result = run_script("evaluate.py", trajectories, "--out", str(tmp_path / "s2.jsonl"), "--clip", tiny_clip,
-                        "--against", scored)
-    assert "win rate against" in result.stdout
-    assert "50.0% over 2 matched tasks (0 wins, 2 ties, 0 losses)" in result.stdout
-
-
-def test_frontend_evaluate_without_clip_weights_says_how_to_pass_them(tmp_path):
-    record = {"task_id": "bakery", "sample_idx": 0, "task": PAGE_TASK, "answer": PAGE,
-              "dialogue_history": [{"role": "user", "content": "hi"}]}
-    path = write_jsonl(tmp_path / "t.jsonl", [record])
-    result = subprocess.run([sys.executable, "evaluate.py", path, "--out", str(tmp_path / "s.jsonl"), "--clip",
-                             str(tmp_path / "no-such-clip")], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and "--clip PATH" in result.stderr and "Traceback" not in result.stderr
-    assert not (tmp_path / "s.jsonl").exists()
-
-
-# ================================================================ Tests of policy.py: the DPO + NLL loss by hand, the top/bottom-half pairing rule, a few training
+# ======================== 6. policy.py: the DPO + NLL loss by hand, the pairing rule, training, each method end to end
 
 def scored_trajectory(sample_idx, reward, question, code):
     return {"task_id": "tip", "sample_idx": sample_idx, "task": TIP_TASK, "dialogue_history": [
@@ -1759,26 +1662,183 @@ def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model)
     assert result.returncode == 2 and f"{bad}:1" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scored_file, critic_dir, tiny_model):
-    common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
-              "--batch-size", "3"]  # 3 pairs a step: one rank also runs a padding pass
-    run_script("policy.py", *common, "--out", str(tmp_path / "one"))
-    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", *common,
-                        "--out", str(tmp_path / "two"))
-    assert result.stdout.count("done:") == 1  # rank 0 alone prints
-    logs = [read_jsonl(tmp_path / name / "log.jsonl") for name in ("one", "two")]
-    assert [row["loss"] for row in logs[1]] == pytest.approx([row["loss"] for row in logs[0]], rel=1e-3, abs=1e-4)
-    assert logs[1][-1]["margin"] == pytest.approx(logs[0][-1]["margin"], rel=1e-3, abs=1e-4)
-    assert sorted(os.listdir(tmp_path / "two")) == sorted(os.listdir(tmp_path / "one"))
-    # sweet: states sampled and ranked in shares, every pair gathered, one set of outputs
-    sweet = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", scored_file,
-                       "--critic", critic_dir, "--model", tiny_model, "--candidates", "4", "--pairs-per-turn", "2",
-                       "--max-new-tokens", "8", "--out", str(tmp_path / "sweet"))
-    assert sweet.stdout.count("done:") == 1 and "from 6 turn states" in sweet.stdout
-    assert {"config.json", "pairs.jsonl", "log.jsonl", "args.json"} <= set(os.listdir(tmp_path / "sweet"))
+def test_policy_refuses_a_dead_sampler_before_writing_anything(tmp_path):
+    scored_path = write_jsonl(tmp_path / "train.scored.jsonl", SCORED)
+    critic = tmp_path / "critic"
+    critic.mkdir()
+    (critic / "args.json").write_text("{}")
+    dead = closed_port_url()
+    result = run_script("policy.py", scored_path, "--critic", str(critic), "--sampler", dead,
+                        "--out", str(tmp_path / "p"), check=False)
+    assert result.returncode == 2 and f"error: --sampler {dead}: no OpenAI-compatible server answers" in result.stderr
+    assert "forward passes" not in result.stdout and not (tmp_path / "p").exists()
 
 
-# ================================================================ colbench/distributed.py: torchrun helpers
+# ======================== 7. frontend design: tasks, rendering, the simulated human, CLIP scoring, win rate
+
+PAGE = ("<!DOCTYPE html><html><head><style>body{background:#0f1c3f;color:#f5f5f5;font-family:Georgia,serif}"
+        "nav{background:#d4a017;padding:12px} nav a{color:#0f1c3f;margin-right:20px}</style></head><body>"
+        "<nav><a href='#'>Home</a><a href='#menu'>Menu</a><a href='#visit'>Visit</a></nav><h1>Golden Crust</h1>"
+        "<section><h2>Menu</h2><p>Bread.</p></section><section><h2>Visit</h2><p>Maple Street.</p></section>"
+        "<footer>2024</footer></body></html>")
+PAGE_TASK = {"task_id": "bakery", "problem_description": "I run a bakery called Golden Crust; make me a website.",
+             "ground_truth": PAGE}
+
+
+def turn(text):
+    """A dialogue whose latest message is the agent's `text`."""
+    return [{"role": "user", "content": PAGE_TASK["problem_description"]}, {"role": "assistant", "content": text}]
+
+
+@pytest.fixture(scope="session")
+def tiny_clip(tmp_path_factory):
+    """A random CLIPModel with 32x32 images, saved with its CLIPImageProcessor."""
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
+    folder = str(tmp_path_factory.mktemp("tiny_clip"))
+    torch.manual_seed(0)
+    config = CLIPConfig(
+        text_config=dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
+                         pad_token_id=1),
+        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+        projection_dim=8)
+    CLIPModel(config).save_pretrained(folder)
+    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+# --- the task files
+
+def test_frontend_task_files_are_valid_varied_and_reproducible(tmp_path):
+    train = load_tasks(os.path.join(TASKS_DIR, "frontend_train.jsonl"))
+    test = load_tasks(os.path.join(TASKS_DIR, "frontend_test.jsonl"))
+    assert len(train) >= 100 and len(test) >= 30
+    for task in train + test:
+        page = task["ground_truth"]
+        assert task_kind(task) == "frontend" and len(page) < 4000
+        assert "<style>" in page and "<script" not in page and not re.search(r"(src|href)=\"(https?:)?//", page)
+    assert len({t["site"] for t in train}) >= 10
+    assert {t["layout"] for t in train} == {"single", "hero", "sidebar", "cards"}
+    assert len({t["palette"] for t in train}) >= 10 and len({t["nav"] for t in train}) >= 5
+    run_script("-m", "colbench.tasks.frontend", "--out", str(tmp_path))
+    for split in ("train", "test"):
+        with open(os.path.join(TASKS_DIR, f"frontend_{split}.jsonl"), "rb") as shipped:
+            assert (tmp_path / f"frontend_{split}.jsonl").read_bytes() == shipped.read()
+
+
+# --- rendering
+
+def test_frontend_render_page_and_broken_pages():
+    image = render(PAGE)
+    assert image.size == (1024, 768) and image.getpixel((500, 700)) == (15, 28, 63)   # the navy background
+    assert image.getpixel((500, 20)) == (212, 160, 23)                                # the gold navigation bar
+    unclosed = render("<html><body style='background:#ff0000'><h1>cut sh")           # broken HTML still renders
+    assert unclosed.getpixel((500, 500)) == (255, 0, 0)
+    offline = render("<html><head><script src='https://cdn.example.com/x.js'></script></head>"
+                     "<body style='background:#00ff00'></body></html>", timeout=8)    # no network, no wait
+    assert offline.getpixel((10, 10)) == (0, 255, 0)
+    hanging = render("<html><body style='background:red'><script>while (true) {}</script></body></html>", timeout=2)
+    assert hanging.getextrema() == ((255, 255),) * 3                                  # fails -> blank
+    assert render("").getextrema() == ((255, 255),) * 3
+
+
+# --- the protocol and the simulated human
+
+def test_frontend_episode_answer_is_the_last_page_proposed():
+    two_pages = "Here: <html><body>one</body></html> and <HTML><body>two</body></HTML> ok"
+    assert html_page(two_pages) == "<HTML><body>two</body></HTML>"
+    assert html_page("<!DOCTYPE html>\n<html><body>cut short") == "<!DOCTYPE html>\n<html><body>cut short"
+    assert html_page("What colors do you like?") is None
+    episode = Episode(PAGE_TASK, 0, max_turns=3)
+    assert "<html>" in episode.agent_view()[0]["content"]
+    episode.add_agent_turn(Reply("Draft: <html><body>first</body></html>", "p", 1))
+    episode.add_human_turn("More blue.")
+    episode.add_agent_turn(Reply("Is blue fine? <html><body>second</body></html>", "p", 1))
+    episode.add_human_turn("Yes.")
+    assert episode.add_agent_turn(Reply(f"{ANSWER_MARKER} that one.", "p", 1))
+    assert episode.answer == "<html><body>second</body></html>" and episode.answered_with_marker
+
+
+def test_frontend_simulator_names_planted_differences():
+    simulator = make_simulator("embedded")
+
+    def say(page):
+        return simulator.respond([(PAGE_TASK, turn(f"How is this? {page}"))])[0]
+
+    assert say(PAGE) == frontend.LOOKS_RIGHT
+    recolored = say(PAGE.replace("background:#0f1c3f", "background:#ffffff"))
+    assert recolored.startswith("The page background should be navy, not white.")
+    no_nav = say(re.sub(r"<nav>.*?</nav>", "", PAGE))
+    assert "navigation menu at the top" in no_nav and "'Menu'" in no_nav
+    without_visit = PAGE.replace("<section><h2>Visit</h2><p>Maple Street.</p></section>", "")
+    missing = say(without_visit.replace("Golden Crust", "Bakery"))
+    assert "The main title should say 'Golden Crust'." in missing and "missing the section 'Visit'" in missing
+    plain = say("<html><body><h1>Hello</h1></body></html>")
+    assert len(plain) <= frontend.MAX_REPLY_CHARS and plain.count(".") <= frontend.MAX_DIFFERENCES + 2
+    assert "<" not in plain and "#0f1c3f" not in plain                                # never pastes the reference
+    no_page = say("What colors do you like?")
+    assert no_page.startswith(frontend.NO_PAGE) and "navy" in no_page
+
+
+def test_frontend_vision_endpoint_gets_both_screenshots(stub_server):
+    simulator = make_simulator(stub_server)
+    reply = simulator.respond([(PAGE_TASK, turn("Draft: <html><body>hi</body></html>"))])[0]
+    assert reply.startswith("The tip is 18 percent.") and len(reply) > 400  # the frontend limit, not the backend's
+    content = StubOpenAI.requests_seen[-1]["messages"][1]["content"]
+    images = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
+    assert len(images) == 2 and all(url.startswith("data:image/png;base64,") for url in images)
+    simulator.respond([(PAGE_TASK, turn("Which colors?"))])
+    assert sum(part["type"] == "image_url" for part in StubOpenAI.requests_seen[-1]["messages"][1]["content"]) == 1
+
+
+# --- scoring: CLIP cosine and win rate
+
+def test_frontend_clip_cosine_with_a_tiny_random_clip(tiny_clip):
+    scorer = frontend.ClipScorer(tiny_clip)
+    red, blue = Image.new("RGB", (64, 48), "red"), Image.new("RGB", (64, 48), "blue")
+    same, different = scorer.cosine([red, blue], [red.copy(), red])
+    assert same == pytest.approx(1.0, abs=1e-5) and -1.0 <= different < 0.999
+    with pytest.raises(frontend.ClipUnavailable, match="--clip PATH"):
+        frontend.ClipScorer(os.path.join(tiny_clip, "absent"))
+
+
+def test_frontend_win_rate_counts_ties_half():
+    mine = {"a": [0.9], "b": [0.5, 0.7], "c": [0.3], "d": [0.8], "only-mine": [1.0]}
+    theirs = {"a": [0.8], "b": [0.6], "c": [0.4], "d": [0.8], "only-theirs": [0.0]}
+    assert frontend.win_rate(mine, theirs) == (pytest.approx((1 + 0.5 + 0 + 0.5) / 4), 1, 2, 1)  # b: 0.6 == 0.6
+    assert frontend.win_rate({"x": [1.0]}, {"y": [0.0]}) == (None, 0, 0, 0)
+
+
+def test_frontend_rollout_two_turns_then_clip_evaluation_and_win_rate(tmp_path, tiny_model, tiny_clip):
+    tasks = write_jsonl(tmp_path / "front.jsonl", [dict(PAGE_TASK, task_id=f"page{i}") for i in range(2)])
+    trajectories, scored = str(tmp_path / "t.jsonl"), str(tmp_path / "s.jsonl")
+    run_script("rollout.py", tasks, "--agent", tiny_model, "--max-turns", "2", "--max-new-tokens", "8",
+               "--out", trajectories)
+    for record in read_jsonl(trajectories):
+        assert [t["role"] for t in record["dialogue_history"]] == ["user", "assistant", "user", "assistant"]
+        assert record["dialogue_history"][2]["content"].startswith(frontend.NO_PAGE)  # the tiny model writes no page
+        assert record["answer"] == ""
+    result = run_script("evaluate.py", trajectories, "--out", scored, "--clip", tiny_clip)
+    assert "mean CLIP cosine" in result.stdout
+    assert all(-1.0 <= r["reward"] <= 1.0 and r["answered_page"] is False for r in read_jsonl(scored))
+    result = run_script("evaluate.py", trajectories, "--out", str(tmp_path / "s2.jsonl"), "--clip", tiny_clip,
+                        "--against", scored)
+    assert "win rate against" in result.stdout
+    assert "50.0% over 2 matched tasks (0 wins, 2 ties, 0 losses)" in result.stdout
+
+
+def test_frontend_evaluate_without_clip_weights_says_how_to_pass_them(tmp_path):
+    record = {"task_id": "bakery", "sample_idx": 0, "task": PAGE_TASK, "answer": PAGE,
+              "dialogue_history": [{"role": "user", "content": "hi"}]}
+    path = write_jsonl(tmp_path / "t.jsonl", [record])
+    result = subprocess.run([sys.executable, "evaluate.py", path, "--out", str(tmp_path / "s.jsonl"), "--clip",
+                             str(tmp_path / "no-such-clip")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--clip PATH" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+# ======================== 8. torchrun (colbench/distributed.py): gathers, and DDP and FSDP against one process
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_distributed_gather_returns_tensors_on_the_cpu_inside_tuples_lists_and_dicts(device):
@@ -1817,6 +1877,24 @@ def logits_of(model_dir, ids=tuple(range(1, 60))):
         return model(input_ids=torch.tensor([ids])).logits
 
 
+def test_critic_under_torchrun_with_2_processes_matches_1_process(tmp_path, tiny_model):
+    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
+    # --batch-size 5: one rank also runs a padding pass
+    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",
+              "--eval-fraction", "0.25", "--dtype", "fp32"]
+    run_script("critic.py", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "critic.py", *common,
+                        "--out", str(tmp_path / "two"))
+    assert result.stdout.count("done:") == 1  # rank 0 alone prints
+    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    two = json.loads((tmp_path / "two" / "metrics.json").read_text())
+    assert one["steps"] == two["steps"] and one["after"]["pair_accuracy"] == two["after"]["pair_accuracy"]
+    assert two["after"]["loss"] == pytest.approx(one["after"]["loss"], rel=1e-3, abs=1e-4)
+    losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "two")]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-3, abs=1e-4)
+    assert sorted(os.listdir(tmp_path / "two")) == sorted(os.listdir(tmp_path / "one"))
+
+
 def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_model(tmp_path, tiny_model):
     data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
     # --batch-size 5: one rank also runs a padding pass
@@ -1841,6 +1919,25 @@ def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
     assert not torch.allclose(fsdp_logits, logits_of(tiny_model), atol=1e-2)  # and it trained
 
 
+def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scored_file, critic_dir, tiny_model):
+    common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
+              "--batch-size", "3"]  # 3 pairs a step: one rank also runs a padding pass
+    run_script("policy.py", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", *common,
+                        "--out", str(tmp_path / "two"))
+    assert result.stdout.count("done:") == 1  # rank 0 alone prints
+    logs = [read_jsonl(tmp_path / name / "log.jsonl") for name in ("one", "two")]
+    assert [row["loss"] for row in logs[1]] == pytest.approx([row["loss"] for row in logs[0]], rel=1e-3, abs=1e-4)
+    assert logs[1][-1]["margin"] == pytest.approx(logs[0][-1]["margin"], rel=1e-3, abs=1e-4)
+    assert sorted(os.listdir(tmp_path / "two")) == sorted(os.listdir(tmp_path / "one"))
+    # sweet: states sampled and ranked in shares, every pair gathered, one set of outputs
+    sweet = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", scored_file,
+                       "--critic", critic_dir, "--model", tiny_model, "--candidates", "4", "--pairs-per-turn", "2",
+                       "--max-new-tokens", "8", "--out", str(tmp_path / "sweet"))
+    assert sweet.stdout.count("done:") == 1 and "from 6 turn states" in sweet.stdout
+    assert {"config.json", "pairs.jsonl", "log.jsonl", "args.json"} <= set(os.listdir(tmp_path / "sweet"))
+
+
 def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_model(tmp_path, scored_file, tiny_model):
     common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
               "--batch-size", "3", "--dtype", "fp32"]  # 3 pairs a step: one rank also runs a padding pass
@@ -1858,103 +1955,7 @@ def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
     assert not torch.allclose(fsdp_logits, logits_of(tiny_model), atol=1e-2)
 
 
-# ================================================================ every stage: bad arguments and bad input, refused at start
-
-@pytest.mark.parametrize("script, flag, value, allowed", [
-    ("rollout.py", "--samples", "0", "an integer >= 1"),
-    ("rollout.py", "--limit", "-1", "an integer >= 1"),
-    ("rollout.py", "--max-turns", "-1", "an integer >= 1"),
-    ("rollout.py", "--batch-size", "0", "an integer >= 1"),
-    ("rollout.py", "--max-new-tokens", "0", "an integer >= 1"),
-    ("rollout.py", "--temperature", "-1", "a finite number >= 0"),
-    ("critic.py", "--epochs", "0", "an integer >= 1"),
-    ("critic.py", "--batch-size", "0", "an integer >= 1"),
-    ("critic.py", "--eval-fraction", "2", "a number in [0, 1]"),
-    ("critic.py", "--lr", "0", "a finite number > 0"),
-    ("critic.py", "--beta", "-0.1", "a finite number > 0"),
-    ("critic.py", "--min-reward-gap", "-1", "a finite number >= 0"),
-    ("critic.py", "--max-length", "8", "an integer >= 32"),
-    ("policy.py", "--candidates", "1", "an integer >= 2"),
-    ("policy.py", "--candidates", "0", "an integer >= 2"),
-    ("policy.py", "--epochs", "0", "an integer >= 1"),
-    ("policy.py", "--data-fraction", "0", "a number in (0, 1]"),
-    ("policy.py", "--pairs-per-turn", "0", "an integer >= 1"),
-    ("policy.py", "--sample-batch-size", "0", "an integer >= 1"),
-    ("policy.py", "--temperature", "-0.5", "a finite number >= 0"),
-    ("policy.py", "--lr", "nan", "a finite number > 0"),
-    ("policy.py", "--beta", "0", "a finite number > 0"),
-    ("-m colbench.judge", "--candidates", "1", "an integer >= 2"),
-    ("-m colbench.warmstart", "--samples", "0", "an integer >= 1"),
-])
-def test_stages_refuse_a_bad_flag_value_at_parse_time(tmp_path, script, flag, value, allowed):
-    given = write_jsonl(tmp_path / "in.jsonl", [TIP_TASK])
-    critic_flag = ["--critic", str(tmp_path / "critic")] if "judge" in script else []  # judge requires one
-    result = run_script(*script.split(), given, "--out", str(tmp_path / "out"), *critic_flag, flag, value, check=False)
-    assert result.returncode == 2
-    assert f"error: argument {flag}: '{value}' is not {allowed}" in result.stderr and "Traceback" not in result.stderr
-    assert os.listdir(tmp_path) == ["in.jsonl"]
-
-
-def closed_port_url():
-    """The URL of a local port nothing listens on: bound, then released."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-
-
-def test_require_server_passes_a_live_server_and_refuses_a_dead_one_within_seconds(stub_server, capsys):
-    require_server("--agent", stub_server)
-    dead, start = closed_port_url(), time.monotonic()
-    with pytest.raises(SystemExit) as stopped:
-        require_server("--simulator", dead)
-    assert stopped.value.code == 2 and time.monotonic() - start < 5
-    assert f"error: --simulator {dead}: no OpenAI-compatible server answers" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("flag", ["--agent", "--simulator"])
-def test_rollout_refuses_a_dead_server_before_loading_a_model(tmp_path, tiny_model, flag):
-    tasks, dead = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK]), closed_port_url()
-    models = {"--agent": tiny_model, "--simulator": "embedded", flag: dead}
-    result = run_script("rollout.py", tasks, "--agent", models["--agent"], "--simulator", models["--simulator"],
-                        "--out", str(tmp_path / "out.jsonl"), check=False)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"error: {flag} {dead}: no OpenAI-compatible server answers" in result.stderr
-    assert "ConnectionError" in result.stderr
-    assert "forward passes" not in result.stdout  # no model was loaded
-    assert os.listdir(tmp_path) == ["tasks.jsonl"]
-
-
-def test_policy_refuses_a_dead_sampler_before_writing_anything(tmp_path):
-    scored_path = write_jsonl(tmp_path / "train.scored.jsonl", SCORED)
-    critic = tmp_path / "critic"
-    critic.mkdir()
-    (critic / "args.json").write_text("{}")
-    dead = closed_port_url()
-    result = run_script("policy.py", scored_path, "--critic", str(critic), "--sampler", dead,
-                        "--out", str(tmp_path / "p"), check=False)
-    assert result.returncode == 2 and f"error: --sampler {dead}: no OpenAI-compatible server answers" in result.stderr
-    assert "forward passes" not in result.stdout and not (tmp_path / "p").exists()
-
-
-def test_rollout_refuses_to_resume_into_a_file_that_is_not_trajectories(tmp_path, tiny_model):
-    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK])
-    wrong = tmp_path / "wrong.jsonl"
-    wrong.write_text(json.dumps(TIP_TASK) + "\n" + '{"task_id": "torn')  # a torn last line stays: nothing is cut
-    before = wrong.read_bytes()
-    result = run_script("rollout.py", tasks, "--agent", tiny_model, "--out", str(wrong), check=False)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"error: {wrong}:1: missing field 'sample_idx'" in result.stderr
-    assert wrong.read_bytes() == before and "forward passes" not in result.stdout
-
-
-def test_resume_reads_replies_that_hold_unicode_line_separators(tmp_path):
-    out = tmp_path / "traj.jsonl"
-    out.write_text(json.dumps({"task_id": "t", "sample_idx": 0, "answer": "a\u2028b"}, ensure_ascii=False) + "\n",
-                   encoding="utf-8")  # json.dumps leaves U+2028 raw: str.splitlines() would cut the line there
-    assert finished_keys(str(out)) == {("t", 0)}
-
-
-# ================================================================ colbench/report.py: the HTML page of a run
+# ======================== 9. colbench/report.py: the HTML page of a run
 
 def test_report_shades_turns_by_advantage_and_plots_the_logs(tmp_path):
     from colbench.report import write_report
