@@ -218,6 +218,8 @@ def trajectory_prompt_completion(trajectory, args):
 
 
 def mt_dpo_pairs(trajectories, args):
+    """Multi-Turn DPO's pairs (a baseline): whole trajectories of a task, paired by reward with critic.py's
+    rule, as rows in TRL's preference format."""
     rows = []
     for chosen, rejected in preference_pairs(trajectories, args.min_reward_gap, args.pairing):
         prompt, chosen_completion = trajectory_prompt_completion(chosen, args)

@@ -785,7 +785,7 @@ FAILURE_DETAILS = {
 }
 
 
-# Without root the programs run as the evaluator's own user (see the README's sandbox section).
+# Without root the programs run as the evaluator's own user (see the docstring of colbench/sandbox.py).
 NEEDS_ROOT = {"writes_outside", "deletes_outside", "writes_project", "subprocess", "kills_parent"}
 
 

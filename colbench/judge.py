@@ -1,7 +1,7 @@
 """The critic as a step-level judge, checked where the tests can check it.
 
     python -m colbench.judge runs/demo/train.scored.jsonl --model runs/demo/warm \
-        --critic runs/demo/critic --critic runs/demo/critic_no_reference --out runs/demo/judge
+        --critic runs/demo/critic_reference --critic runs/demo/critic_no_reference --out runs/demo/judge
 
 For turn states of the tasks a critic held out (its metrics.json names them), sample candidate
 replies from the policy; keep the candidates that are final answers (the answer marker, or the
