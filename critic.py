@@ -68,7 +68,8 @@ parser.add_argument("--beta", type=positive_float, default=0.1, help="β of the 
 parser.add_argument("--lr", type=positive_float, default=2e-5, help="AdamW learning rate")
 parser.add_argument("--epochs", type=positive_int, default=2, help="passes over the training pairs")
 parser.add_argument("--batch-size", type=positive_int, default=8,
-                    help="pairs per optimizer step, at least: a task's pairs stay in one step (one task per forward pass)")
+                    help="pairs per optimizer step, at least: a task's pairs stay in one step, one task per forward "
+                         "pass")
 parser.add_argument("--eval-fraction", type=fraction_or_zero, default=0.1, help="fraction of the paired tasks held out")
 parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0,
                     help="pair two trajectories of a task only when their rewards differ by at least this "
@@ -129,20 +130,6 @@ def fit_to_length(tokenizer, task, dialogue, use_solution, max_length):
             if excess > 0:
                 cuts.append(f"still {len(ids)} tokens, kept whole")
             return ids, spans, dropped, ", ".join(cuts)
-
-
-def task_batches(task_ids, pairs_of, batch_size):
-    """Consecutive tasks grouped into batches of at least `batch_size` pairs (a task's pairs stay together)."""
-    batches, batch, count = [], [], 0
-    for task_id in task_ids:
-        batch.append(task_id)
-        count += len(pairs_of[task_id])
-        if count >= batch_size:
-            batches.append(batch)
-            batch, count = [], 0
-    if batch:
-        batches.append(batch)
-    return batches
 
 
 # --- the SWEET-RL part: the advantage (Eq. 3) and the Bradley-Terry loss (Eq. 2) ----------------
@@ -430,6 +417,20 @@ def step_statistics(scored, beta, seconds):
     return {"loss": bradley_terry_loss(chosen, rejected, beta).item(), "pair_accuracy": pair_accuracy(margins),
             "margin": margins.mean().item(), "chosen_score": chosen.mean().item(),
             "rejected_score": rejected.mean().item(), "tokens_per_s": sum(n for _, _, n in scored) / seconds}
+
+
+def task_batches(task_ids, pairs_of, batch_size):
+    """Consecutive tasks grouped into batches of at least `batch_size` pairs (a task's pairs stay together)."""
+    batches, batch, count = [], [], 0
+    for task_id in task_ids:
+        batch.append(task_id)
+        count += len(pairs_of[task_id])
+        if count >= batch_size:
+            batches.append(batch)
+            batch, count = [], 0
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 def train(model, views, train_pairs, args, rng, log_path, dtype, rank, world):

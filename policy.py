@@ -467,9 +467,10 @@ def main(args):
     model.save_pretrained(out, state_dict=weights)
     tokenizer.save_pretrained(out)
     last = history[-1]
-    summary = f"nll {last['nll']:.4g}"
     if "margin" in last:
         summary = f"accuracy {last['accuracy']:.2f} | margin {last['margin']:.4g}"
+    else:
+        summary = f"nll {last['nll']:.4g}"
     print(f"done: {len(history)} steps in {time.time() - start:.0f} s | last step: loss {last['loss']:.4g} | {summary} "
           f"-> {out}/ ({os.path.basename(data_path)}, log.jsonl, checkpoint)")
 

@@ -66,10 +66,10 @@ def wrap(model, fsdp=False, dtype=torch.float32):
         return model
     if not fsdp:
         return DistributedDataParallel(model)
-    bf16 = dtype == torch.bfloat16
-    precision = MixedPrecisionPolicy()
-    if bf16:
+    if dtype == torch.bfloat16:
         precision = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    else:
+        precision = MixedPrecisionPolicy()
     for layer in model.model.layers:
         fully_shard(layer, mp_policy=precision)
     # The root frees its gathered weights after each forward too (FSDP's default keeps them for the backward):
