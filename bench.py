@@ -21,7 +21,7 @@ bench.py installs it when missing (it builds llama.cpp: minutes).
 
 critic_batching: critic training tokens/s, one optimizer step per task, with a task's trajectories
 batched as critic.py trains (`critic.task_logps`: their shared beginning encoded once, its KV cache
-serving all of them) over one forward pass per trajectory (`critic.sequence_logps`); same data, same
+serving all of them) over one forward pass per trajectory (`colbench.models.sequence_logps`); same data, same
 steps, same starting weights. Target: >= 1x.
 
 critic_peak_gb: peak resident memory (GB, 10^9 bytes) of critic.py training the embedded model on
@@ -190,7 +190,7 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
     from critic import Critic, critic_messages, score_candidates, sequence_logps, turn_advantages
     from colbench.data import load_tasks
     rng = random.Random(0)
-    task = load_tasks("colbench/data/backend_train.jsonl")[0]
+    task = load_tasks("colbench/tasks/backend_train.jsonl")[0]
     history = [{"role": "user", "content": task["problem_description"]}]
     for _ in range(exchanges):  # 4, with c, the prompts and the problem: a ~1000-token history
         history += [{"role": "assistant", "content": words(90, rng) + "?"}, {"role": "user", "content": words(90, rng)}]
@@ -275,7 +275,7 @@ def bench_rollout_batching(dialogues=8, max_new_tokens=64):
     from colbench.env import Episode
     from colbench.models import LocalChat
     agent = LocalChat()
-    tasks = load_tasks(os.path.join(HERE, "colbench", "data", "backend_test.jsonl"))[:dialogues]
+    tasks = load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_test.jsonl"))[:dialogues]
     views = [Episode(task, 0, max_turns=10).agent_view() for task in tasks]
     agent.chat(views[:1], max_new_tokens=4)  # warm-up
 
@@ -296,7 +296,7 @@ def bench_rollout_batching(dialogues=8, max_new_tokens=64):
 def easy_tasks(count):
     """The first `count` easy-tier test tasks."""
     from colbench.data import load_tasks
-    tasks = load_tasks(os.path.join(HERE, "colbench", "data", "backend_test.jsonl"))
+    tasks = load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_test.jsonl"))
     return [task for task in tasks if task.get("tier") == "easy"][:count]
 
 
@@ -396,12 +396,14 @@ def critic_views(tokenizer, tasks, samples, turn_tokens, rng):
 
 
 def bench_critic_batching(tasks=5, samples=6, turn_tokens=60):
-    """Critic training tokens/s: a task's trajectories through critic.task_logps over one sequence_logps each."""
+    """Critic training tokens/s: a task's trajectories through shared_prefix_logps (as critic.task_logps
+    does) over one sequence_logps each."""
     from colbench.data import load_tasks
-    from critic import bradley_terry_loss, sequence_logps, task_logps, turn_advantages
+    from critic import bradley_terry_loss, turn_advantages
+    from colbench.models import sequence_logps, shared_prefix_logps
     dtype, why = compute_dtype("auto")
     tokenizer = load_model(None)[1]
-    views = critic_views(tokenizer, load_tasks(os.path.join(HERE, "colbench", "data", "backend_train.jsonl"))[:tasks],
+    views = critic_views(tokenizer, load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_train.jsonl"))[:tasks],
                          samples, turn_tokens, random.Random(0))
     tokens = sum(len(ids) for task in views[1:] for ids, _ in task)
     reference_model = load_model(None)[0]  # π_ref: the same starting weights, frozen
@@ -429,8 +431,8 @@ def bench_critic_batching(tasks=5, samples=6, turn_tokens=60):
             start = start or time.perf_counter()
         return time.perf_counter() - start, losses
 
-    batched_s, batched_losses = train(lambda model, task: task_logps(model, [ids for ids, _ in task],
-                                                                     min(spans[0][0] for _, spans in task)))
+    batched_s, batched_losses = train(lambda model, task: shared_prefix_logps(model, [ids for ids, _ in task],
+                                                                              min(spans[0][0] for _, spans in task))[0])
     single_s, single_losses = train(lambda model, task: [sequence_logps(model, [ids])[0] for ids, _ in task])
     assert max(abs(a - b) for a, b in zip(batched_losses, single_losses)) < 1e-2, "the two ways must train alike"
     batched, single = tokens / batched_s, tokens / single_s
@@ -458,7 +460,7 @@ def bench_critic_peak_gb(length=1024):
     from colbench.data import load_tasks, write_jsonl
     from critic import critic_messages
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
-    task = load_tasks(os.path.join(HERE, "colbench", "data", "backend_train.jsonl"))[0]
+    task = load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_train.jsonl"))[0]
     rng = random.Random(0)
     records = [{"task_id": task["task_id"], "sample_idx": i, "task": task, "reward": 1.0 - i,
                 "dialogue_history": dialogue_of_length(tokenizer, task, length, rng), "answer": ""} for i in range(2)]

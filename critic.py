@@ -6,9 +6,9 @@ Input: scored trajectories (evaluate.py's output, or an official ColBench offlin
 `reward` on each line). Two trajectories of one task whose rewards differ make a pair, the
 higher-reward one being chosen (--pairing official: the official scripts' stricter rule, see
 `preference_pairs`). The critic is a causal LM, with its own LM head and no value head.
-It reads the solution c (the task's reference solution, `ground_truth`), which the agent never saw,
-then the agent's system prompt and the dialogue. Its advantage for agent turn t is a log-ratio against its own frozen initial weights
-π_ref, averaged over the turn's tokens (paper Eq. 3):
+It reads the solution c (the task's reference solution, `ground_truth`), which the agent never
+saw, then the agent's system prompt and the dialogue. Its advantage for agent turn t is a log-ratio
+against its own frozen initial weights π_ref, averaged over the turn's tokens (paper Eq. 3):
 
     A(o_t, a_t, c) = mean over the tokens l of a_t of [log π_θ(a_t^l | o_t, a_t^<l, c) − log π_ref(a_t^l | ...)]
 
@@ -49,12 +49,13 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from colbench import distributed
-from colbench.cli import at_least, fail, fraction_or_zero, non_negative_float, non_negative_int, positive_float, positive_int
-from colbench.data import DataError, default_output, load_trajectories, task_kind
+from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
+                          positive_int)
+from colbench.data import DataError, default_output, load_trajectories, task_kind, write_jsonl
 from colbench.stats import bootstrap_mean_ci, spearman
 from colbench.env import agent_messages
 from colbench.models import (DTYPES, autocast, compute_dtype, default_device, describe_dtype, load_model, resolve_model,
-                             shared_prefix_logps, token_logps, tokenize_turns)
+                             sequence_logps, shared_prefix_logps, tokenize_turns)
 
 PAIRINGS = ("all", "official")  # the rules of preference_pairs
 MIN_LENGTH = 32  # --max-length floor: fewer tokens cannot hold the prompt's chat markup, let alone a dialogue
@@ -66,10 +67,13 @@ parser.add_argument("--model", default="embedded", help="initial critic and π_r
 parser.add_argument("--beta", type=positive_float, default=0.1, help="β of the Bradley-Terry loss (Eq. 2)")
 parser.add_argument("--lr", type=positive_float, default=2e-5, help="AdamW learning rate")
 parser.add_argument("--epochs", type=positive_int, default=2, help="passes over the training pairs")
-parser.add_argument("--batch-size", type=positive_int, default=8, help="pairs per optimizer step (one pair per forward pass)")
+parser.add_argument("--batch-size", type=positive_int, default=8,
+                    help="pairs per optimizer step, at least: a task's pairs stay in one step, one task per forward "
+                         "pass")
 parser.add_argument("--eval-fraction", type=fraction_or_zero, default=0.1, help="fraction of the paired tasks held out")
 parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0,
-                    help="pair two trajectories of a task only when their rewards differ by at least this (0: any difference)")
+                    help="pair two trajectories of a task only when their rewards differ by at least this "
+                         "(0: any difference)")
 parser.add_argument("--pairing", default="all", choices=PAIRINGS,
                     help="which trajectories of a task make pairs: all (any two whose rewards differ) or official "
                          "(the official scripts' rule; see preference_pairs)")
@@ -79,9 +83,11 @@ parser.add_argument("--no-solution", "--no-reference", action="store_true",  # -
                     help="leave out the solution c (ablation: w/o training-time information)")
 parser.add_argument("--no-normalize", action="store_true",
                     help="sum over a turn's tokens instead of averaging (ablation: w/o normalization)")
-parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass to save memory")
+parser.add_argument("--gradient-checkpointing", action="store_true",
+                    help="recompute activations in the backward pass to save memory")
 parser.add_argument("--fsdp", action="store_true",
-                    help="under torchrun: shard the weights, gradients and AdamW states across the ranks (FSDP2) instead of DDP replicas")
+                    help="under torchrun: shard the weights, gradients and AdamW states across the ranks (FSDP2) "
+                         "instead of DDP replicas")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="forward passes; auto: bf16 autocast where the hardware computes bf16 natively, else fp32")
 parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for the split, the pair order and the model")
@@ -116,43 +122,14 @@ def fit_to_length(tokenizer, task, dialogue, use_solution, max_length):
             solution_kept = max(0, solution_kept - excess - 4)  # slack: cut text re-tokenizes a little differently
             task = dict(task, ground_truth=tokenizer.decode(solution[:solution_kept]) + "\n[... cut]")
         else:
-            cuts = [f"dropped the oldest {dropped} agent turn(s)"] * (dropped > 0)
-            cuts += [f"cut the reference solution to {solution_kept} tokens"] * (solution_kept < len(solution))
-            cuts += [f"still {len(ids)} tokens, kept whole"] * (excess > 0)
+            cuts = []
+            if dropped > 0:
+                cuts.append(f"dropped the oldest {dropped} agent turn(s)")
+            if solution_kept < len(solution):
+                cuts.append(f"cut the reference solution to {solution_kept} tokens")
+            if excess > 0:
+                cuts.append(f"still {len(ids)} tokens, kept whole")
             return ids, spans, dropped, ", ".join(cuts)
-
-
-def sequence_logps(model, sequences):
-    """Token log-probs of each id list, one padded forward pass: a [len - 1] tensor per sequence
-    (entry i - 1 is token i's). Masks come from the lengths; the padding id does not matter."""
-    longest, device = max(len(ids) for ids in sequences), next(model.parameters()).device
-    input_ids = torch.tensor([ids + [0] * (longest - len(ids)) for ids in sequences], device=device)
-    attention_mask = torch.tensor([[1] * len(ids) + [0] * (longest - len(ids)) for ids in sequences], device=device)
-    logps = token_logps(model, input_ids, attention_mask)
-    return [row[: len(ids) - 1] for row, ids in zip(logps, sequences)]
-
-
-def task_logps(model, sequences, first_scored):
-    """sequence_logps of sequences that begin alike (one task's trajectories), the fast way: their
-    common beginning is encoded once and its KV cache serves them all. Log-probs of tokens before
-    index `first_scored` (the first agent token of any of them) may be left out, as zeros."""
-    logps, shared = shared_prefix_logps(model, sequences, first_scored)  # column j: token shared + j
-    skipped = torch.zeros(shared - 1, device=logps.device)
-    return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)]
-
-
-def task_batches(task_ids, pairs_of, batch_size):
-    """Consecutive tasks grouped into batches of at least `batch_size` pairs (a task's pairs stay together)."""
-    batches, batch, count = [], [], 0
-    for task_id in task_ids:
-        batch.append(task_id)
-        count += len(pairs_of[task_id])
-        if count >= batch_size:
-            batches.append(batch)
-            batch, count = [], 0
-    if batch:
-        batches.append(batch)
-    return batches
 
 
 # --- the SWEET-RL part: the advantage (Eq. 3) and the Bradley-Terry loss (Eq. 2) ----------------
@@ -176,9 +153,14 @@ def key(trajectory):
     return trajectory["task_id"], trajectory["sample_idx"]
 
 
+def pair_outcomes(margins):
+    """1 for a pair whose chosen trajectory scores higher, 0 for one where it scores lower; a tie (as
+    when θ = ref) counts half."""
+    return (margins > 0).float() + 0.5 * (margins == 0).float()
+
+
 def pair_accuracy(margins):
-    """Fraction of pairs whose chosen trajectory scores higher; a tie (as when θ = ref) counts half."""
-    return ((margins > 0).float() + 0.5 * (margins == 0).float()).mean().item()
+    return pair_outcomes(margins).mean().item()
 
 
 def succeeded(trajectory):
@@ -244,8 +226,6 @@ def load_critic(critic_dir, device=None, dtype=torch.float32):
     model, tokenizer = load_model(critic_dir, device=device)
     base = saved["model_path"] if os.path.isdir(saved["model_path"]) else saved["model"]  # 'embedded' moves machines
     reference_model, _ = load_model(base, device=device)
-    for frozen in (model, reference_model):
-        frozen.eval()
     # Folders written before --no-reference was renamed --no-solution say `no_reference`.
     no_solution = saved["no_solution"] if "no_solution" in saved else saved["no_reference"]
     return Critic(model, reference_model, tokenizer, not no_solution, not saved["no_normalize"], dtype)
@@ -263,11 +243,13 @@ def score_candidates(critic, task, history, candidates):
     sequences = [ids for ids, _ in encoded]
     reply_start = min(spans[-1][0] for _, spans in encoded)
     with autocast(critic.model.device, critic.dtype):
-        critic_logps, shared = shared_prefix_logps(critic.model, sequences, reply_start)
+        critic_logps, _ = shared_prefix_logps(critic.model, sequences, reply_start)
         reference_logps, _ = shared_prefix_logps(critic.reference_model, sequences, reply_start)
-    offset = shared - 1  # column j of the log-probs is token shared + j: as if the sequence began at `offset`
-    return [turn_advantages(critic_logps[i], reference_logps[i], [(start - offset, end - offset)], critic.normalize).item()
-            for i, (_, spans) in enumerate(encoded) for start, end in spans[-1:]]
+    advantages = []
+    for critic_row, reference_row, (_, spans) in zip(critic_logps, reference_logps, encoded):
+        last_turn = spans[-1:]  # the candidate reply
+        advantages.append(turn_advantages(critic_row, reference_row, last_turn, critic.normalize).item())
+    return advantages
 
 
 def ranking_quality(scores, tests_passed):
@@ -288,7 +270,208 @@ def ranking_quality(scores, tests_passed):
             "states": len(picks), "states_with_different_tests": len(correlations)}
 
 
-# ---------------------------------------------------------------- training
+# ---------------------------------------------------------------- the steps of training, in the order main takes them
+
+def split_by_task(pairs, eval_fraction, rng):
+    """(train pairs, held-out pairs): the pairs of a random `eval_fraction` of the paired tasks are held
+    out, so that no held-out task is seen in training. A fraction above 0 holds out one task at least,
+    and leaves one at least to train on."""
+    tasks = list(dict.fromkeys(chosen["task_id"] for chosen, _ in pairs))
+    rng.shuffle(tasks)
+    n_eval = 0
+    if eval_fraction > 0:
+        n_eval = max(1, round(eval_fraction * len(tasks)))
+        n_eval = min(n_eval, len(tasks) - 1)
+    eval_tasks = set(tasks[:n_eval])
+    train_pairs = [pair for pair in pairs if pair[0]["task_id"] not in eval_tasks]
+    eval_pairs = [pair for pair in pairs if pair[0]["task_id"] in eval_tasks]
+    return train_pairs, eval_pairs
+
+
+def encode(tokenizer, trajectories, use_solution, max_length):
+    """{trajectory key: view}: each trajectory tokenized once as the critic sees it (fit_to_length). A
+    view holds the token ids, the spans of the agent turns and the number of the first turn kept."""
+    views, cut = {}, 0
+    for t in trajectories:
+        ids, spans, dropped, note = fit_to_length(tokenizer, t["task"], t["dialogue_history"], use_solution, max_length)
+        views[key(t)] = {"ids": ids, "spans": spans, "first_turn": dropped}
+        if note:
+            cut += 1
+            if cut <= 5:
+                print(f"warning: {t['task_id']}/{t['sample_idx']} is longer than --max-length {max_length}: {note}")
+    if cut:
+        print(f"warning: {cut} of {len(trajectories)} dialogues were cut to --max-length {max_length} tokens")
+    return views
+
+
+def keys_by_task(keys):
+    """{task_id: [trajectory keys]}, in the order given."""
+    grouped = {}
+    for trajectory_key in keys:
+        task_id, _ = trajectory_key
+        grouped.setdefault(task_id, []).append(trajectory_key)
+    return grouped
+
+
+def shares_prefix(args):
+    """Whether one task's trajectories continue one KV cache of their common beginning. Not under FSDP or
+    activation checkpointing: neither can backpropagate into a cache that an earlier forward pass made."""
+    return not (args.fsdp or args.gradient_checkpointing)
+
+
+def task_logps(model, views, keys, share_prefix=True):
+    """{key: [len - 1] token log-probs} of one task's trajectories. They begin alike (system prompt, c,
+    the problem): with `share_prefix` that beginning is encoded once (shared_prefix_logps), else each
+    trajectory gets a forward pass of its own."""
+    sequences = [views[k]["ids"] for k in keys]
+    if share_prefix:
+        first_scored = min(views[k]["spans"][0][0] for k in keys)  # the first agent token of any of them
+        logps, _ = shared_prefix_logps(model, sequences, first_scored)
+    else:
+        logps = [sequence_logps(model, [ids])[0] for ids in sequences]
+    return dict(zip(keys, logps))
+
+
+@torch.no_grad()
+def frozen_logps(model, views, task_ids, args, dtype, rank, world, desc):
+    """task_logps of every trajectory of these tasks, without gradients. torchrun: each rank takes a
+    share of the tasks, padded so that every rank runs as many forward passes (FSDP needs all ranks in
+    each), and every rank gets every result."""
+    model.eval()
+    by_task, mine = keys_by_task(views), []
+    for task_id, weight in tqdm(distributed.shard(sorted(task_ids), rank, world), desc=desc, unit="task"):
+        with autocast(model.device, dtype):
+            logps = task_logps(model, views, by_task[task_id], shares_prefix(args))
+        if weight:  # torchrun: weight 0 marks a padding pass
+            mine += logps.items()
+    return {k: logps.to(model.device) for k, logps in distributed.gather(mine)}  # gather returns them on the CPU
+
+
+def reference_logprobs(model, views, args, dtype, rank, world):
+    """π_ref = the initial critic, before any update: each trajectory's token log-probs, computed once
+    and kept in its view, so that only one model is held in memory."""
+    all_tasks = {task_id for task_id, _ in views}
+    logps = frozen_logps(model, views, all_tasks, args, dtype, rank, world, desc="π_ref log-probs")
+    for k, view in views.items():
+        view["reference_logps"] = logps[k]
+
+
+def trajectory_scores(logps, views, keys, normalize):
+    """Σ_t A_t of each trajectory: its turn advantages (Eq. 3) summed, its score in Eq. 2. [len(keys)]"""
+    return torch.stack([turn_advantages(logps[k], views[k]["reference_logps"], views[k]["spans"], normalize).sum()
+                        for k in keys])
+
+
+def evaluate(model, views, eval_pairs, args, dtype, rank, world):
+    """Held-out pair accuracy (ties count half) with its 95% interval (tasks resampled), mean margin,
+    loss, each pair's margin; and {trajectory key: its turn advantages} of the held-out trajectories."""
+    normalize = not args.no_normalize
+    eval_tasks = {chosen["task_id"] for chosen, _ in eval_pairs}
+    logps = frozen_logps(model, views, eval_tasks, args, dtype, rank, world, desc="held-out log-probs")
+    advantages = {k: turn_advantages(logps[k], views[k]["reference_logps"], views[k]["spans"], normalize)
+                  for k in logps}
+    chosen = trajectory_scores(logps, views, [key(c) for c, _ in eval_pairs], normalize)
+    rejected = trajectory_scores(logps, views, [key(r) for _, r in eval_pairs], normalize)
+    margins = chosen - rejected
+    outcomes = {}  # task_id -> the outcome of each of its pairs, for the task bootstrap
+    for pair, outcome in zip(eval_pairs, pair_outcomes(margins).tolist()):
+        outcomes.setdefault(pair[0]["task_id"], []).append(outcome)
+    metrics = {"pair_accuracy": pair_accuracy(margins), "pair_accuracy_ci95": list(bootstrap_mean_ci(outcomes)),
+               "mean_margin": margins.mean().item(), "margins": margins.tolist(),
+               "loss": -F.logsigmoid(args.beta * margins).mean().item()}
+    return metrics, advantages
+
+
+def train_step(model, optimizer, views, batch, args, dtype, rank, world):
+    """One optimizer step on a batch of whole tasks ({task_id: its training pairs}), the loss a mean over
+    the batch's pairs. `model` is as distributed.wrap returned it. Returns (chosen score, rejected score,
+    tokens per pair) of every pair of the batch, for the log."""
+    batch_pairs = sum(len(pairs) for pairs in batch.values())
+    by_task = keys_by_task(views)
+    model.train()
+    optimizer.zero_grad()
+    shares, scored = distributed.shard(list(batch), rank, world), []  # torchrun: this rank's tasks
+    for i, (task_id, weight) in enumerate(shares):  # gradients accumulate over the tasks
+        pairs = batch[task_id]
+        with distributed.sync_on_last(model, i, len(shares)):  # torchrun: DDP communicates on the last one only
+            with autocast(next(model.parameters()).device, dtype):
+                logps = task_logps(model, views, by_task[task_id], shares_prefix(args))
+            # --- SWEET-RL: the Bradley-Terry loss (Eq. 2) on this task's pairs, scores from Eq. 3
+            chosen = trajectory_scores(logps, views, [key(c) for c, _ in pairs], not args.no_normalize)
+            rejected = trajectory_scores(logps, views, [key(r) for _, r in pairs], not args.no_normalize)
+            loss = bradley_terry_loss(chosen, rejected, args.beta) * len(pairs) / batch_pairs
+            # torchrun: `weight * world` keeps the mean over the global batch (DDP and FSDP average over ranks)
+            (loss * weight * world).backward()
+        if weight:
+            tokens = sum(len(views[k]["ids"]) for k in by_task[task_id])
+            scored += [(c, r, tokens / len(pairs)) for c, r in zip(chosen.tolist(), rejected.tolist())]
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return distributed.gather(scored)  # torchrun: the whole global batch
+
+
+def step_statistics(scored, beta, seconds):
+    """The log line's numbers of a step, from train_step's (chosen score, rejected score, tokens per pair)."""
+    chosen, rejected = torch.tensor([c for c, _, _ in scored]), torch.tensor([r for _, r, _ in scored])
+    margins = chosen - rejected
+    return {"loss": bradley_terry_loss(chosen, rejected, beta).item(), "pair_accuracy": pair_accuracy(margins),
+            "margin": margins.mean().item(), "chosen_score": chosen.mean().item(),
+            "rejected_score": rejected.mean().item(), "tokens_per_s": sum(n for _, _, n in scored) / seconds}
+
+
+def task_batches(task_ids, pairs_of, batch_size):
+    """Consecutive tasks grouped into batches of at least `batch_size` pairs (a task's pairs stay together)."""
+    batches, batch, count = [], [], 0
+    for task_id in task_ids:
+        batch.append(task_id)
+        count += len(pairs_of[task_id])
+        if count >= batch_size:
+            batches.append(batch)
+            batch, count = [], 0
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def train(model, views, train_pairs, args, rng, log_path, dtype, rank, world):
+    """AdamW over batches of whole tasks, in a new random order each epoch; one log line per optimizer
+    step. `model` is as distributed.wrap returned it. Returns the number of steps."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)  # after wrap: FSDP's are shards
+    pairs_of = {}  # task_id -> its training pairs
+    for pair in train_pairs:
+        pairs_of.setdefault(pair[0]["task_id"], []).append(pair)
+    step, steps = 0, None
+    with open(log_path if rank == 0 else os.devnull, "w") as log:  # torchrun: rank 0 alone writes
+        for epoch in range(args.epochs):
+            order = list(pairs_of)
+            rng.shuffle(order)
+            batches = task_batches(order, pairs_of, args.batch_size)
+            steps = steps or len(batches) * args.epochs
+            for batch in batches:
+                started = time.time()
+                scored = train_step(model, optimizer, views, {task_id: pairs_of[task_id] for task_id in batch},
+                                    args, dtype, rank, world)
+                step += 1
+                record = {"step": step, "epoch": epoch + 1, **step_statistics(scored, args.beta, time.time() - started)}
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                print(f"step {step}/{steps} epoch {epoch + 1} | loss {record['loss']:.4f} | "
+                      f"pair acc {record['pair_accuracy']:.2f} | margin {record['margin']:+.4f} | chosen "
+                      f"{record['chosen_score']:+.4f} rejected {record['rejected_score']:+.4f} | "
+                      f"{record['tokens_per_s']:.0f} tok/s", flush=True)
+    return step
+
+
+def advantage_rows(trajectories, advantages, views):
+    """The lines of advantages.jsonl: one per agent turn of each held-out trajectory, its advantage and reward."""
+    rows = []
+    for t in trajectories:
+        first_turn = views[key(t)]["first_turn"]  # turns dropped by --max-length are not scored
+        for turn, advantage in enumerate(advantages[key(t)].tolist(), first_turn):
+            rows.append({"task_id": t["task_id"], "sample_idx": t["sample_idx"], "turn": turn,
+                         "advantage": advantage, "reward": t["reward"]})
+    return rows
+
 
 def main(args):
     rank, world = distributed.init()  # torchrun: this process's rank and the number of processes
@@ -305,158 +488,51 @@ def main(args):
         if not isinstance(t.get("reward"), (int, float)):
             fail(f"{args.scored}: trajectory {t['task_id']}/{t['sample_idx']} has no numeric 'reward'; "
                  "score the file with evaluate.py first")
+
+    # Pairs of trajectories of one task, split by task.
     with_turns = [t for t in trajectories if any(turn["role"] == "assistant" for turn in t["dialogue_history"])]
     pairs = preference_pairs(with_turns, args.min_reward_gap, args.pairing)
     if not pairs:
         fail(f"no pairs: no two trajectories of one task have rewards that differ by at least "
              f"{args.min_reward_gap} under --pairing {args.pairing} ({len(trajectories)} trajectories). "
              "The critic needs contrast.")
-
-    # Held-out pairs are split by task, so no held-out task was seen in training.
-    tasks = list(dict.fromkeys(chosen["task_id"] for chosen, _ in pairs))
-    rng.shuffle(tasks)
-    n_eval = min(len(tasks) - 1, max(1, round(args.eval_fraction * len(tasks)))) if args.eval_fraction > 0 else 0
-    eval_tasks = set(tasks[:n_eval])
-    train_pairs = [p for p in pairs if p[0]["task_id"] not in eval_tasks]
-    eval_pairs = [p for p in pairs if p[0]["task_id"] in eval_tasks]
-    used = list({key(t): t for pair in pairs for t in pair}.values())
-    eval_trajectories = [t for t in used if t["task_id"] in eval_tasks]
+    train_pairs, eval_pairs = split_by_task(pairs, args.eval_fraction, rng)
+    tasks = {chosen["task_id"] for chosen, _ in pairs}
+    eval_tasks = {chosen["task_id"] for chosen, _ in eval_pairs}
+    used = list({key(t): t for pair in pairs for t in pair}.values())  # the paired trajectories, each once
     print(f"{len(trajectories)} trajectories, {len(with_turns)} with agent turns; used: {len(tasks)} tasks, "
-          f"{len(used)} trajectories, {len(pairs)} pairs -> train {len(tasks) - n_eval} tasks / {len(train_pairs)} pairs, "
-          f"held out {n_eval} tasks / {len(eval_pairs)} pairs", flush=True)
+          f"{len(used)} trajectories, {len(pairs)} pairs -> train {len(tasks) - len(eval_tasks)} tasks / "
+          f"{len(train_pairs)} pairs, held out {len(eval_tasks)} tasks / {len(eval_pairs)} pairs", flush=True)
     if not eval_pairs:
         print(f"note: --eval-fraction {args.eval_fraction} leaves no held-out task ({len(tasks)} paired tasks): "
               "no held-out accuracy, no advantages.jsonl lines")
 
+    # The critic: fp32 master weights, forward passes in `dtype`.
     device = default_device()
     dtype, why = compute_dtype(args.dtype, device)
     describe_dtype("critic", dtype, why)
     base_model = resolve_model(args.model)
     model, tokenizer = load_model(base_model, trainable=True, device=device)
-    model.float()  # fp32 master weights; the forward passes run in `dtype`
+    model.float()
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     # torchrun: DDP replicas, or with --fsdp `model` itself sharded. Wrapped before π_ref is computed, so
     # that π_ref's forward passes are training's (FSDP: bf16 weights where `dtype` is bf16).
     trained = distributed.wrap(model, args.fsdp, dtype)
-    use_solution, normalize = not args.no_solution, not args.no_normalize
 
-    # Tokenize each trajectory once; spans locate its agent turns.
-    encoded, cut = {}, 0
-    for t in used:
-        ids, spans, dropped, note = fit_to_length(tokenizer, t["task"], t["dialogue_history"], use_solution, args.max_length)
-        encoded[key(t)] = {"ids": ids, "spans": spans, "first_turn": dropped}
-        if note:
-            cut += 1
-            if cut <= 5:
-                print(f"warning: {t['task_id']}/{t['sample_idx']} is longer than --max-length {args.max_length}: {note}")
-    if cut:
-        print(f"warning: {cut} of {len(used)} dialogues were cut to --max-length {args.max_length} tokens")
-
-    # Trajectories go through the model a task at a time: its trajectories begin alike (system prompt,
-    # c, the problem), and that shared beginning is encoded once (task_logps). A batch is whole tasks.
-    # FSDP and activation checkpointing cannot backpropagate into a cache: there, one pass per trajectory.
-    share_prefix = not (args.fsdp or args.gradient_checkpointing)
-    trajectories_of = {}
-    for t in used:
-        trajectories_of.setdefault(t["task_id"], []).append(key(t))
-
-    def logps_of(model, task_ids):
-        """{trajectory key: [len - 1] token log-probs} of every used trajectory of these tasks."""
-        logps = {}
-        for task_id in task_ids:
-            names = trajectories_of[task_id]
-            first_scored = min(encoded[name]["spans"][0][0] for name in names)
-            sequences = [encoded[name]["ids"] for name in names]
-            logps.update(zip(names, task_logps(model, sequences, first_scored) if share_prefix
-                             else [sequence_logps(model, [ids])[0] for ids in sequences]))
-        return logps
-
-    # π_ref = the initial critic: its log-probs, computed once.
-    model.eval()
-    with torch.no_grad(), autocast(device, dtype):
-        mine = distributed.shard(sorted(trajectories_of), rank, world)  # torchrun: a share each, padded: FSDP needs all ranks in each forward
-        reference_logps = {name: logps.to(device) for name, logps, weight in distributed.gather(  # gathered on the CPU
-            (name, logps, weight) for task_id, weight in tqdm(mine, desc="π_ref log-probs", unit="task")
-            for name, logps in logps_of(model, [task_id]).items()) if weight}
-
-    def scores(logps, names):
-        """Σ_t A_t of each trajectory: its turn advantages (Eq. 3), summed."""
-        return torch.stack([turn_advantages(logps[name], reference_logps[name], encoded[name]["spans"], normalize).sum()
-                            for name in names])
-
-    def evaluate():
-        """Held-out pair accuracy (ties count half) with its 95% interval (tasks resampled), mean margin,
-        loss, each pair's margin; per-turn advantages per trajectory."""
-        model.eval()
-        with torch.no_grad(), autocast(device, dtype):
-            mine = distributed.shard(sorted(eval_tasks), rank, world)  # torchrun: a padded share each
-            logps = {name: logps.to(device) for name, logps, weight in distributed.gather(
-                (name, logps, weight) for task_id, weight in mine for name, logps in logps_of(model, [task_id]).items())
-                if weight}
-        advantages = {name: turn_advantages(logps[name], reference_logps[name], encoded[name]["spans"], normalize)
-                      for name in logps}
-        margin = scores(logps, [key(c) for c, _ in eval_pairs]) - scores(logps, [key(r) for _, r in eval_pairs])
-        outcomes = {}
-        for (chosen, _), m in zip(eval_pairs, margin.tolist()):
-            outcomes.setdefault(chosen["task_id"], []).append(1.0 if m > 0 else 0.5 if m == 0 else 0.0)
-        return {"pair_accuracy": pair_accuracy(margin), "pair_accuracy_ci95": list(bootstrap_mean_ci(outcomes)),
-                "mean_margin": margin.mean().item(), "margins": margin.tolist(),
-                "loss": -F.logsigmoid(args.beta * margin).mean().item()}, advantages
-
+    views = encode(tokenizer, used, not args.no_solution, args.max_length)
+    # --- SWEET-RL: π_ref, the frozen initial critic of Eq. 3, as cached log-probs
+    reference_logprobs(model, views, args, dtype, rank, world)
     # Before training θ = π_ref: every advantage is 0 and every held-out pair a tie.
     before = {"pair_accuracy": 0.5, "mean_margin": 0.0, "loss": math.log(2)} if eval_pairs else {}
 
     os.makedirs(out, exist_ok=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)  # after wrap: FSDP's parameters are shards
-    pairs_of = {}
-    for pair in train_pairs:
-        pairs_of.setdefault(pair[0]["task_id"], []).append(pair)
-    step, steps = 0, None
-    with open(os.path.join(out, "log.jsonl") if rank == 0 else os.devnull, "w") as log:
-        for epoch in range(args.epochs):
-            order = list(pairs_of)
-            rng.shuffle(order)
-            batches = task_batches(order, pairs_of, args.batch_size)
-            steps = steps or len(batches) * args.epochs
-            for batch in batches:
-                started, batch_pairs = time.time(), sum(len(pairs_of[task_id]) for task_id in batch)
-                model.train()
-                optimizer.zero_grad()
-                shares, scored = distributed.shard(batch, rank, world), []  # torchrun: this rank's tasks
-                for i, (task_id, weight) in enumerate(shares):  # gradients accumulate over the tasks
-                    with distributed.sync_on_last(trained, i, len(shares)):
-                        with autocast(device, dtype):
-                            logps = logps_of(trained, [task_id])
-                        # --- SWEET-RL: the Bradley-Terry loss (Eq. 2) on this task's pairs
-                        chosen = scores(logps, [key(c) for c, _ in pairs_of[task_id]])
-                        rejected = scores(logps, [key(r) for _, r in pairs_of[task_id]])
-                        loss = bradley_terry_loss(chosen, rejected, args.beta) * len(chosen) / batch_pairs
-                        # The mean over the global batch; the average over ranks (DDP, FSDP) divides by `world` again.
-                        (loss * weight * world).backward()
-                    if weight:
-                        tokens = sum(len(encoded[name]["ids"]) for name in trajectories_of[task_id])
-                        scored += [(c, r, tokens / len(chosen)) for c, r in zip(chosen.tolist(), rejected.tolist())]
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                step += 1
-                scored = distributed.gather(scored)  # torchrun: the whole global batch, for the log
-                chosen_scores, rejected_scores = torch.tensor([c for c, _, _ in scored]), torch.tensor([r for _, r, _ in scored])
-                margin = chosen_scores - rejected_scores
-                record = {"step": step, "epoch": epoch + 1,
-                          "loss": bradley_terry_loss(chosen_scores, rejected_scores, args.beta).item(),
-                          "pair_accuracy": pair_accuracy(margin), "margin": margin.mean().item(),
-                          "chosen_score": chosen_scores.mean().item(), "rejected_score": rejected_scores.mean().item(),
-                          "tokens_per_s": sum(n for _, _, n in scored) / (time.time() - started)}
-                log.write(json.dumps(record) + "\n")
-                log.flush()
-                print(f"step {step}/{steps} epoch {epoch + 1} | loss {record['loss']:.4f} | "
-                      f"pair acc {record['pair_accuracy']:.2f} | margin {record['margin']:+.4f} | chosen "
-                      f"{record['chosen_score']:+.4f} rejected {record['rejected_score']:+.4f} | "
-                      f"{record['tokens_per_s']:.0f} tok/s", flush=True)
+    steps = train(trained, views, train_pairs, args, rng, os.path.join(out, "log.jsonl"), dtype, rank, world)
 
-    after, advantages = evaluate() if eval_pairs else ({}, {})
-    weights = distributed.full_state_dict(model)  # torchrun --fsdp: every rank sends its shards, rank 0 gets the whole model
+    after, advantages = {}, {}
+    if eval_pairs:
+        after, advantages = evaluate(model, views, eval_pairs, args, dtype, rank, world)
+    weights = distributed.full_state_dict(model)  # torchrun --fsdp: every rank sends its shards to rank 0
     if rank > 0:
         return  # torchrun: rank 0 alone writes the outputs
     model.eval()
@@ -466,19 +542,18 @@ def main(args):
         base_path = os.path.abspath(base_model) if os.path.isdir(base_model) else base_model  # a folder, or a hub id
         json.dump(dict(vars(args), model_path=base_path), f, indent=1)
     metrics = {"tasks": len(tasks), "trajectories": len(used), "pairs": len(pairs),
-               "train_tasks": len(tasks) - n_eval, "train_pairs": len(train_pairs),
-               "eval_tasks": n_eval, "eval_pairs": len(eval_pairs), "eval_task_ids": sorted(eval_tasks), "steps": step,
-               "before": before, "after": after}
+               "train_tasks": len(tasks) - len(eval_tasks), "train_pairs": len(train_pairs),
+               "eval_tasks": len(eval_tasks), "eval_pairs": len(eval_pairs), "eval_task_ids": sorted(eval_tasks),
+               "steps": steps, "before": before, "after": after}
     with open(os.path.join(out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
-    with open(os.path.join(out, "advantages.jsonl"), "w") as f:
-        for t in eval_trajectories:
-            for turn, advantage in enumerate(advantages[key(t)].tolist(), encoded[key(t)]["first_turn"]):
-                f.write(json.dumps({"task_id": t["task_id"], "sample_idx": t["sample_idx"], "turn": turn,
-                                    "advantage": advantage, "reward": t["reward"]}) + "\n")
-    summary = (f"held-out pair accuracy {before['pair_accuracy']:.3f} -> {after['pair_accuracy']:.3f} "
-               f"({len(eval_pairs)} pairs)" if after else "no held-out pairs")
-    print(f"done: {step} steps, {summary} | critic, args.json, metrics.json, advantages.jsonl, log.jsonl -> {out}")
+    held_out = [t for t in used if t["task_id"] in eval_tasks]
+    write_jsonl(os.path.join(out, "advantages.jsonl"), advantage_rows(held_out, advantages, views))
+    summary = "no held-out pairs"
+    if after:
+        summary = (f"held-out pair accuracy {before['pair_accuracy']:.3f} -> {after['pair_accuracy']:.3f} "
+                   f"({len(eval_pairs)} pairs)")
+    print(f"done: {steps} steps, {summary} | critic, args.json, metrics.json, advantages.jsonl, log.jsonl -> {out}")
 
 
 if __name__ == "__main__":

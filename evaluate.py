@@ -30,8 +30,9 @@ numbers came from it): the code is the answer's first ```python block (else its 
 the whole answer), not the block that defines a function, with no prose removed; the program is exec'd
 and each test call eval'd inside a function, so a function the program defines cannot see the
 program's module-level imports or helper functions (NameError), for the reference solutions too; an
-answer that holds one of OFFICIAL_BANNED scores 0 unrun; a broken test counts as failed. Programs still run in the sandbox. Not
-reproduced: the official evaluator's own imports, which its exec'd code could see (unknown here).
+answer that holds one of OFFICIAL_BANNED scores 0 unrun; a broken test counts as failed. Programs still run in
+the sandbox. Not reproduced: the official evaluator's own imports, which its exec'd code could see (unknown
+here).
 
 Frontend trajectories (an HTML reference): the final page and the reference page are rendered by
 headless chromium (colbench/render.py; a page that fails counts as blank) and `reward` is the
@@ -53,11 +54,11 @@ from tqdm import tqdm
 
 from colbench import frontend
 from colbench.cli import fail, positive_float, positive_int
-from colbench.data import DataError, default_output, load_trajectories, task_kind
+from colbench.data import DataError, default_output, load_trajectories, task_kind, write_jsonl
+from colbench.env import ANSWER_MARKER
 from colbench.render import ChromiumMissing
 from colbench.sandbox import Sandbox
 
-ANSWER_MARKER = "I WANT TO ANSWER:"
 CATEGORIES = ("syntax error", "exception", "timeout", "wrong output", "out of memory", "crashed", "banned substring")
 BROKEN = "broken test"  # in test_results: the reference gave nothing to compare with
 
@@ -359,10 +360,8 @@ def main(argv=None):
     seconds = time.monotonic() - start
 
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    with open(out + ".tmp", "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(out + ".tmp", out)
+    write_jsonl(out + ".tmp", records)
+    os.replace(out + ".tmp", out)  # a killed run leaves no half-written output
 
     kinds = collections.defaultdict(list)
     for record in records:

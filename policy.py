@@ -58,7 +58,6 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from colbench import distributed
@@ -67,8 +66,8 @@ from colbench.cli import (at_least, fail, fraction, non_negative_float, non_nega
 from colbench.data import DataError, default_output, load_trajectories, write_jsonl
 from colbench.env import PROMPT_STYLES, agent_messages
 from colbench.models import (DTYPES, EndpointChat, autocast, chat_text, compute_dtype, default_device, describe_dtype,
-                             generate, load_model, plain_messages, shared_prefix_logps, tokenize_turns)
-from critic import PAIRINGS, load_critic, preference_pairs, score_candidates, sequence_logps, succeeded
+                             generate, load_model, plain_messages, sequence_logps, shared_prefix_logps, tokenize_turns)
+from critic import PAIRINGS, load_critic, preference_pairs, score_candidates, succeeded
 
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -78,31 +77,44 @@ parser.add_argument("--critic", help="critic folder from critic.py, for sweet (d
 parser.add_argument("--model", default="embedded", help="policy to start from: model folder, hub id, or 'embedded'")
 parser.add_argument("--method", default="sweet", choices=["sweet", "mt-dpo", "rft", "sft"],
                     help="SWEET-RL, a baseline, or sft (fine-tuning on every trajectory: the warm start)")
-parser.add_argument("--candidates", type=at_least(2), default=16, help="sweet: replies sampled per turn state (N; 2 at least: a top and a bottom half)")
-parser.add_argument("--pairs-per-turn", type=positive_int, default=4, help="sweet: preference pairs drawn per turn state")
+parser.add_argument("--candidates", type=at_least(2), default=16,
+                    help="sweet: replies sampled per turn state (N; 2 at least: a top and a bottom half)")
+parser.add_argument("--pairs-per-turn", type=positive_int, default=4,
+                    help="sweet: preference pairs drawn per turn state")
 parser.add_argument("--data-fraction", type=fraction, default=1.0, help="use this random fraction of the trajectories")
-parser.add_argument("--max-turns", type=positive_int, default=10, help="the rollouts' turn budget (their prompts say so)")
+parser.add_argument("--max-turns", type=positive_int, default=10,
+                    help="the rollouts' turn budget (their prompts say so)")
 parser.add_argument("--prompt", default="default", choices=PROMPT_STYLES,
                     help="the rollouts' prompt style (rollout.py --prompt): each turn is rendered as the agent saw it")
 parser.add_argument("--max-new-tokens", type=positive_int, default=256, help="sweet: tokens per sampled reply at most")
-parser.add_argument("--temperature", type=non_negative_float, default=1.0, help="sweet: sampling temperature of the candidates")
-parser.add_argument("--sample-batch-size", type=positive_int, default=16, help="sweet: sequences per batched generate call")
-parser.add_argument("--sampler", type=server_url, help="sweet: OpenAI-compatible URL of a server (e.g. vLLM) serving --model, to sample "
-                    "the candidates there instead of in this process")
-parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0, help="mt-dpo: paired rewards differ by at least this (0: any difference)")
+parser.add_argument("--temperature", type=non_negative_float, default=1.0,
+                    help="sweet: sampling temperature of the candidates")
+parser.add_argument("--sample-batch-size", type=positive_int, default=16,
+                    help="sweet: sequences per batched generate call")
+parser.add_argument("--sampler", type=server_url,
+                    help="sweet: OpenAI-compatible URL of a server (e.g. vLLM) serving --model, to sample the "
+                         "candidates there instead of in this process")
+parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0,
+                    help="mt-dpo: paired rewards differ by at least this (0: any difference)")
 parser.add_argument("--pairing", default="all", choices=PAIRINGS,
                     help="mt-dpo: which trajectories of a task make pairs, as critic.py --pairing")
 parser.add_argument("--beta", type=positive_float, default=0.1, help="DPO temperature beta' (Eq. 4)")
-parser.add_argument("--nll-coef", type=non_negative_float, default=0.01, help="weight lambda of the NLL term on the chosen reply (Eq. 4)")
+parser.add_argument("--nll-coef", type=non_negative_float, default=0.01,
+                    help="weight lambda of the NLL term on the chosen reply (Eq. 4)")
 parser.add_argument("--lr", type=positive_float, default=5e-6, help="AdamW learning rate (paper: 2e-7 for 8B models)")
 parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the pairs (rft: the examples)")
-parser.add_argument("--batch-size", type=positive_int, default=8, help="pairs (rft: trajectories) per optimizer step, one per forward pass")
-parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward pass to save memory")
+parser.add_argument("--batch-size", type=positive_int, default=8,
+                    help="pairs (rft: trajectories) per optimizer step, one per forward pass")
+parser.add_argument("--gradient-checkpointing", action="store_true",
+                    help="recompute activations in the backward pass to save memory")
 parser.add_argument("--fsdp", action="store_true",
-                    help="under torchrun: shard the weights, gradients and AdamW states across the ranks (FSDP2) instead of DDP replicas")
+                    help="under torchrun: shard the weights, gradients and AdamW states across the ranks (FSDP2) "
+                         "instead of DDP replicas")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
-                    help="sampling, ranking and training forward passes; auto: bf16 where the hardware computes it natively")
-parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for subsetting, sampling, pairing and shuffling")
+                    help="sampling, ranking and training forward passes; auto: bf16 where the hardware computes it "
+                         "natively")
+parser.add_argument("--seed", type=non_negative_int, default=0,
+                    help="seed for subsetting, sampling, pairing and shuffling")
 
 
 def chunks(items, size):
@@ -206,6 +218,8 @@ def trajectory_prompt_completion(trajectory, args):
 
 
 def mt_dpo_pairs(trajectories, args):
+    """Multi-Turn DPO's pairs (a baseline): whole trajectories of a task, paired by reward with critic.py's
+    rule, as rows in TRL's preference format."""
     rows = []
     for chosen, rejected in preference_pairs(trajectories, args.min_reward_gap, args.pairing):
         prompt, chosen_completion = trajectory_prompt_completion(chosen, args)
@@ -276,17 +290,18 @@ def completion_logps(model, sequences, share_prompt=True):
     rft, the agent turns of a trajectory that saw one prompt. With `share_prompt` the tokens all
     sequences begin with are encoded once and their KV cache serves every sequence (gradients flow
     through the cache); else each sequence is encoded whole."""
+    ids_list = [ids for ids, _ in sequences]
     if share_prompt:
-        completion_start = min(spans[0][0] for _, spans in sequences)
-        logps, shared = shared_prefix_logps(model, [ids for ids, _ in sequences], completion_start)  # [n, longest - 1]
-    else:  # one padded batch: column j holds token 1 + j, as after a shared prefix of one token
-        logps, shared = pad_sequence(sequence_logps(model, [ids for ids, _ in sequences]), batch_first=True), 1
-    in_completion = torch.zeros_like(logps)
-    for row, (_, spans) in enumerate(sequences):
-        for start, end in spans:  # column j holds token shared + j
-            in_completion[row, start - shared:end - shared] = 1
-    tokens = shared - 1 + sum(len(ids) - shared + 1 for ids, _ in sequences)  # the prefix once, then each continuation
-    return (logps * in_completion).sum(-1), in_completion.sum(-1), tokens
+        logps, shared = shared_prefix_logps(model, ids_list, min(spans[0][0] for _, spans in sequences))
+    else:
+        logps, shared = sequence_logps(model, ids_list), 1  # nothing shared: every token encoded in its row
+    # Entry i - 1 of a row is token i's log-prob: a span [start, end) is entries start - 1 to end - 1.
+    sums = torch.stack([sum(row[start - 1:end - 1].sum() for start, end in spans)
+                        for row, (_, spans) in zip(logps, sequences)])
+    counts = torch.tensor([float(sum(end - start for start, end in spans)) for _, spans in sequences],
+                          device=sums.device)
+    tokens = shared - 1 + sum(len(ids) - shared + 1 for ids in ids_list)  # the prefix once, then each continuation
+    return sums, counts, tokens
 
 
 def pair_logps(model, example, share_prompt=True):
@@ -305,7 +320,8 @@ def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1, s
     model.eval()
     mine = []
     # torchrun: each rank takes a share, then all share all; padded (weight 0): FSDP needs all ranks in each forward
-    for i, weight in tqdm(distributed.shard(range(len(examples)), rank, world), desc="reference log-probs", unit="pair"):
+    shares = distributed.shard(range(len(examples)), rank, world)
+    for i, weight in tqdm(shares, desc="reference log-probs", unit="pair"):
         with autocast(model.device, dtype):
             logps, _, _ = pair_logps(model, examples[i], share_prompt)
         if weight:
@@ -322,6 +338,7 @@ def example_loss(model, example, args):
         nll = -logps.sum() / counts.sum()  # the mean over the trajectory's agent tokens
         return nll, {"nll": nll.item()}, tokens
     logps, counts, tokens = pair_logps(model, example, shares_prompt(args))  # [2] each
+    # --- SWEET-RL: DPO on the critic-ranked pair plus λ · NLL of the chosen reply (Eq. 4)
     loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
         logps[:1], logps[1:], torch.tensor([example["reference_chosen_logps"]], device=logps.device),
         torch.tensor([example["reference_rejected_logps"]], device=logps.device), -logps[:1] / counts[:1],
@@ -338,17 +355,18 @@ def train(model, examples, args, rng, log_path, dtype=torch.float32, rank=0, wor
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     steps_per_epoch = (len(examples) + args.batch_size - 1) // args.batch_size
     history = []
-    with open(log_path if rank == 0 else os.devnull, "w") as log:
+    with open(log_path if rank == 0 else os.devnull, "w") as log:  # torchrun: rank 0 alone writes
         for epoch in range(args.epochs):
             order = rng.sample(examples, len(examples))
             for step, batch in enumerate(chunks(order, args.batch_size), epoch * steps_per_epoch + 1):
                 start, measured = time.time(), []
                 shares = distributed.shard(batch, rank, world)  # torchrun: this rank's pairs
-                for i, (example, weight) in enumerate(shares):
-                    with distributed.sync_on_last(model, i, len(shares)):
+                for i, (example, weight) in enumerate(shares):  # gradients accumulate over the batch
+                    with distributed.sync_on_last(model, i, len(shares)):  # torchrun: DDP communicates on the last
                         with autocast(model.device, dtype):
+                            # --- SWEET-RL: the loss of one pair, Eq. 4 (see example_loss; rft, sft: the NLL)
                             loss, stats, example_tokens = example_loss(model, example, args)
-                        # The mean over the global batch; the average over ranks (DDP, FSDP) divides by `world` again.
+                        # torchrun: `weight * world` keeps the mean over the global batch (DDP, FSDP average over ranks)
                         (loss * weight * world / len(batch)).backward()
                     if weight:
                         measured.append(dict(stats, loss=loss.item(), tokens=example_tokens))
@@ -406,12 +424,13 @@ def main(args):
         rows = sft_examples(trajectories, args, successful_only=args.method == "rft")
         kept = "successful trajectories" if args.method == "rft" else "trajectories"
         print(f"{len(rows)} {kept} of {len(trajectories)} to fine-tune on")
+    if not rows and args.method == "sweet":
+        fail("no pairs: every candidate of every state scored the same")
+    if not rows and args.method == "mt-dpo":
+        fail(f"no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap} "
+             f"under --pairing {args.pairing}")
     if not rows:
-        fail({"sweet": "no pairs: every candidate of every state scored the same",
-              "mt-dpo": f"no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap} "
-                        f"under --pairing {args.pairing}",
-              "rft": "no successful trajectory to fine-tune on",
-              "sft": "no trajectory to fine-tune on"}[args.method])
+        fail("no successful trajectory to fine-tune on" if args.method == "rft" else "no trajectory to fine-tune on")
     # The outputs begin once there is something to train on.
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "args.json") if rank == 0 else os.devnull, "w") as f:
@@ -440,14 +459,18 @@ def main(args):
         add_reference_logps(model, examples, dtype, rank, world, shares_prompt(args))
     start = time.time()
     # The training order has its own seed, so every torchrun rank draws the same one.
-    history = train(trained, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), dtype, rank, world)
-    weights = distributed.full_state_dict(model)  # torchrun --fsdp: every rank sends its shards, rank 0 gets the whole model
+    history = train(trained, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), dtype, rank,
+                    world)
+    weights = distributed.full_state_dict(model)  # torchrun --fsdp: every rank sends its shards to rank 0
     if rank > 0:
         return  # torchrun: rank 0 alone writes the checkpoint
     model.save_pretrained(out, state_dict=weights)
     tokenizer.save_pretrained(out)
     last = history[-1]
-    summary = f"accuracy {last['accuracy']:.2f} | margin {last['margin']:.4g}" if "margin" in last else f"nll {last['nll']:.4g}"
+    if "margin" in last:
+        summary = f"accuracy {last['accuracy']:.2f} | margin {last['margin']:.4g}"
+    else:
+        summary = f"nll {last['nll']:.4g}"
     print(f"done: {len(history)} steps in {time.time() - start:.0f} s | last step: loss {last['loss']:.4g} | {summary} "
           f"-> {out}/ ({os.path.basename(data_path)}, log.jsonl, checkpoint)")
 

@@ -1,6 +1,6 @@
 """Stage 1 of SWEET-RL: multi-turn rollouts of an agent with a simulated human on ColBench tasks.
 
-    python rollout.py colbench/data/backend_train.jsonl            # -> runs/backend_train.traj.jsonl
+    python rollout.py colbench/tasks/backend_train.jsonl           # -> runs/backend_train.traj.jsonl
 
 Each task is played `--samples` times. The agent (a local Hugging Face model, the embedded
 SmolLM2-135M-Instruct by default, or an OpenAI-compatible URL) talks with the simulated human
@@ -40,7 +40,8 @@ parser.add_argument("--max-turns", type=positive_int, default=10, help="agent tu
 parser.add_argument("--prompt", default="default", choices=PROMPT_STYLES,
                     help="how the agent's prompt tells it the turn budget: default (a note at its last turn) or "
                          "official (stated up front, as the official ColBench prompt)")
-parser.add_argument("--temperature", type=non_negative_float, default=1.0, help="agent sampling temperature (0 = greedy)")
+parser.add_argument("--temperature", type=non_negative_float, default=1.0,
+                    help="agent sampling temperature (0 = greedy)")
 parser.add_argument("--max-new-tokens", type=positive_int, default=256, help="tokens per agent reply at most")
 parser.add_argument("--batch-size", type=positive_int, default=8, help="dialogues live at once (one batched generate)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,

@@ -1,7 +1,9 @@
 """Every test of the project, fast, on tiny random models built in memory: `make test`.
 
 The scripts are run as subprocesses on tiny fixtures, as a user would run them; the losses are
-checked against values computed by hand.
+checked against values computed by hand. The sections follow the pipeline as a reader meets it:
+data, the protocol and simulators, rollout, evaluation and the sandbox, the critic, the policy, frontend
+design, torchrun, the report.
 """
 import argparse
 import ast
@@ -27,12 +29,14 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+import colbench.data
 from colbench import frontend, stats
 from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
                           positive_int, require_server)
 from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, LAST_TURN_NOTE, PROMPT_STYLES, TURN_BUDGET_NOTE, Episode, html_page
 from colbench.models import (EndpointChat, Reply, chat_text, load_model, sample_plain, sample_shrinking_batch,
+                             sequence_logps, shared_prefix_logps,
                              tokenize_turns)
 from colbench.render import render
 from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value
@@ -61,7 +65,7 @@ CHAT_STYLES = {
 }
 
 
-# ---------------------------------------------------------------- fixtures: a tiny model, tiny tasks
+# ======================== fixtures: a tiny model, tiny tasks, helpers
 
 def tiny_tokenizer(style="chatml"):
     """A byte-level BPE tokenizer trained in memory, with the chat template of `style` (CHAT_STYLES)."""
@@ -100,15 +104,16 @@ def tiny_model(tmp_path_factory):
     return build_tiny_model(str(tmp_path_factory.mktemp("tiny_model")))
 
 
-TIP_TASK = {"task_id": "tip", "problem_description": "I want a tip calculator. The signature of the function is: def tip(bill)",
+TIP_TASK = {"task_id": "tip",
+            "problem_description": "I want a tip calculator. The signature of the function is: def tip(bill)",
             "ground_truth": "def tip(bill):\n    return round(bill * 0.18, 2)\n",
             "test_cases": {f"test{i}": f"tip({i * 7})" for i in range(1, 11)},
             "hidden_facts": ["The tip is 18 percent of the bill.", "Round the tip to 2 decimal places."]}
 
 
 def write_jsonl(path, records):
-    with open(path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
+    """colbench.data.write_jsonl, returning the path as a string: the argument a script takes."""
+    colbench.data.write_jsonl(str(path), records)
     return str(path)
 
 
@@ -121,11 +126,11 @@ def run_script(*args, check=True, timeout=300, **kwargs):
 
 
 def read_jsonl(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f]
+    """The records of a JSONL file, read by colbench.data."""
+    return [record for _, record in colbench.data.read_jsonl(str(path))]
 
 
-# ---------------------------------------------------------------- colbench/data.py: input files and their errors
+# ======================== 1. data: input files and their errors (colbench/data.py), flags (colbench/cli.py)
 
 @pytest.mark.parametrize("content, expected", [
     ("", "the file is empty"),
@@ -138,302 +143,88 @@ def read_jsonl(path):
 def test_task_file_errors_name_file_line_and_field(tmp_path, content, expected):
     path = tmp_path / "tasks.jsonl"
     path.write_text(content)
-    with pytest.raises(DataError, match=str(path).replace(".", r"\.") + ".*" if not expected.startswith(":") else None) as error:
+    match = None if expected.startswith(":") else str(path).replace(".", r"\.") + ".*"
+    with pytest.raises(DataError, match=match) as error:
         load_tasks(str(path))
     assert expected in str(error.value) and str(path) in str(error.value)
 
 
 def test_task_id_is_derived_stably_and_official_trajectories_get_ids(tmp_path):
     task = {k: v for k, v in TIP_TASK.items() if k != "task_id"}
-    assert load_tasks(write_jsonl(tmp_path / "t.jsonl", [task]))[0]["task_id"] == derive_task_id(task["problem_description"])
+    loaded = load_tasks(write_jsonl(tmp_path / "t.jsonl", [task]))
+    assert loaded[0]["task_id"] == derive_task_id(task["problem_description"])
     official = [{"task": task, "dialogue_history": [{"role": "user", "content": "hi"}], "answer": "x"}] * 3
     trajectories = load_trajectories(write_jsonl(tmp_path / "o.jsonl", official))
     assert [t["sample_idx"] for t in trajectories] == [0, 1, 2]
     assert {t["task_id"] for t in trajectories} == {derive_task_id(task["problem_description"])}
 
 
-def test_rollout_reports_bad_input_without_traceback(tmp_path):
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps(TIP_TASK) + "\n" + json.dumps({"problem_description": "x"}) + "\n")
-    result = run_script("rollout.py", str(bad), "--out", str(tmp_path / "o.jsonl"), check=False)
-    assert result.returncode == 2 and not (tmp_path / "o.jsonl").exists()
-    assert f"{bad}:2: missing field 'ground_truth'" in result.stderr and "Traceback" not in result.stderr
-
-
-# ---------------------------------------------------------------- colbench/env.py and simulators.py: the protocol
-
-def test_episode_ends_on_the_marker_or_the_last_turn():
-    episode = Episode(TIP_TASK, 0, max_turns=3)
-    assert episode.agent_view()[0]["role"] == "system" and episode.agent_view()[1]["content"] == TIP_TASK["problem_description"]
-    assert not episode.add_agent_turn(Reply("What percent?", "PROMPT1", 3))
-    episode.add_human_turn("18 percent.")
-    assert episode.add_agent_turn(Reply(f"Sure. {ANSWER_MARKER} def tip(bill): return bill", "PROMPT2", 9))
-    assert episode.answer == "def tip(bill): return bill" and episode.answered_with_marker
-    record = episode.record()
-    assert [t["role"] for t in record["dialogue_history"]] == ["user", "assistant", "user", "assistant"]
-    assert record["dialogue_history"][1]["input"] == "PROMPT1" and record["dialogue_history"][3]["output"].startswith("Sure.")
-
-    last = Episode(TIP_TASK, 1, max_turns=2)
-    last.add_agent_turn(Reply("question?", "p", 1))
-    last.add_human_turn("answer")
-    assert "last turn" in last.agent_view()[0]["content"]
-    assert last.add_agent_turn(Reply("def tip(bill): return 1", "p", 1)) and last.answer == "def tip(bill): return 1"
-
-
-def test_official_prompt_style_states_the_budget_at_every_turn_and_adds_no_last_turn_note():
-    for style in PROMPT_STYLES:
-        episode = Episode(TIP_TASK, 0, max_turns=2, prompt_style=style)
-        systems = [episode.agent_view()[0]["content"]]
-        episode.add_agent_turn(Reply("What percent?", "p", 1))
-        episode.add_human_turn("18 percent.")
-        systems.append(episode.agent_view()[0]["content"])
-        budget = TURN_BUDGET_NOTE.format(max_turns=2)
-        if style == "official":
-            assert systems[0] == systems[1] and budget in systems[0] and LAST_TURN_NOTE not in systems[1]
-        else:
-            assert systems[0] + LAST_TURN_NOTE == systems[1] and budget not in systems[1]
-
-
-def test_embedded_simulator_answers_from_facts_and_says_when_it_does_not_know():
-    simulator = EmbeddedSimulator()
-    ask = lambda text: simulator.reply(TIP_TASK, [{"role": "user", "content": "..."}, {"role": "assistant", "content": text}])
-    assert ask("What percent of the bill should the tip be?") == "The tip is 18 percent of the bill."
-    assert ask("How should I round it?") == "Round the tip to 2 decimal places."
-    assert ask("Which programming font do you like?") == DONT_KNOW
-    assert ask("Can you tell me more details?") == TIP_TASK["hidden_facts"][0]
-    assert ask("Tell me about the weather") in TIP_TASK["hidden_facts"]  # 'tell' asks for details
-    reply = ask("percent round bill tip decimal places")
-    assert len(reply) <= 400 and reply.count(".") <= 3 and "return" not in reply
-
-
-def test_simulator_derives_facts_from_code_when_a_task_has_none():
-    facts = facts_from_code("def ship(weight):\n    if weight > 20:\n        return 15.5\n    return 5\n")
-    assert "Something special happens when weight is more than 20." in facts
-    assert "The number 15.5 matters in the calculation." in facts
-    task = dict(TIP_TASK, hidden_facts=[], ground_truth="def ship(weight):\n    if weight > 20:\n        return 15.5\n    return 5\n")
-    reply = EmbeddedSimulator().reply(task, [{"role": "assistant", "content": "Is there a weight limit?"}])
-    assert "weight is more than 20" in reply and "return" not in reply
-
-
-class StubOpenAI(http.server.BaseHTTPRequestHandler):
-    """A local server speaking the OpenAI chat schema; it fails and hangs on purpose first. It returns
-    `n` choices when it honours OpenAI's `n` (else one), and numbers its replies sampled at T > 0."""
-    script = []  # what to do with the next POSTs: 'fail', 'hang', or 'ok'
-    requests_seen = []
-    honours_n = True
-    samples_made = 0
-
-    def log_message(self, *args):
-        pass
-
-    def send_json(self, status, body):
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):
-        self.send_json(200, {"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        StubOpenAI.requests_seen.append(body)
-        action = StubOpenAI.script.pop(0) if StubOpenAI.script else "ok"
-        if action == "fail":
-            return self.send_json(500, {"error": "boom"})
-        if action == "hang":
-            time.sleep(3)
-        last = body["messages"][-1]["content"]
-        reply = ("I WANT TO ANSWER: def tip(bill):\n    return round(bill * 0.18, 2)" if "tip calculator" in last
-                 else "The tip is 18 percent. " + "x" * 600)
-        choices = []
-        for index in range(body.get("n", 1) if StubOpenAI.honours_n else 1):
-            StubOpenAI.samples_made += body["temperature"] > 0
-            text = reply + f"  # sample {StubOpenAI.samples_made}" * (body["temperature"] > 0)
-            choices.append({"index": index, "finish_reason": "stop", "message": {"role": "assistant", "content": text}})
-        self.send_json(200, {"id": "1", "object": "chat.completion", "model": body["model"], "choices": choices})
-
-
-@pytest.fixture()
-def stub_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StubOpenAI)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    StubOpenAI.script, StubOpenAI.requests_seen, StubOpenAI.honours_n, StubOpenAI.samples_made = [], [], True, 0
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-
-
-def test_url_simulator_retries_500s_and_hanging_replies_and_cuts_at_400_chars(stub_server):
-    StubOpenAI.script = ["fail", "fail", "hang"]
-    simulator = make_simulator(stub_server + "/v1")
-    simulator.model.timeout = 1  # the hanging reply times out after 1 s and is retried
-    reply = simulator.respond([(TIP_TASK, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "What percent?"}])])[0]
-    assert reply.startswith("The tip is 18 percent.") and len(reply) == 400
-    sent = StubOpenAI.requests_seen[-1]
-    assert sent["model"] == "stub-model" and sent["temperature"] == 0.0
-    assert "round(bill * 0.18, 2)" in sent["messages"][0]["content"]  # the human holds the reference
-    assert len(StubOpenAI.requests_seen) == 4
-
-
-def test_endpoint_gives_up_after_bounded_retries(stub_server):
-    StubOpenAI.script = ["fail"] * 10
-    chat = EndpointChat(stub_server, model="m", retries=2)
-    with pytest.raises(RuntimeError, match="gave up after 3 attempts"):
-        chat.complete([{"role": "user", "content": "hi"}])
-
-
-@pytest.mark.parametrize("honours_n", [True, False])
-def test_endpoint_samples_n_replies_per_request_or_one_request_each(stub_server, honours_n):
-    StubOpenAI.honours_n, StubOpenAI.script = honours_n, ["fail"]  # the same retries as every request
-    conversations = [[{"role": "user", "content": f"question {k}"}] for k in range(2)]
-    samples = EndpointChat(stub_server, model="m").sample(conversations, 3, max_new_tokens=5, temperature=1.0)
-    assert [len(replies) for replies in samples] == [3, 3]
-    assert len({reply.text for replies in samples for reply in replies}) == 6
-    asked = StubOpenAI.requests_seen
-    assert len(asked) == 1 + (2 if honours_n else 6)
-    assert sorted(body.get("n", 1) for body in asked) == ([3, 3, 3] if honours_n else [1] * 4 + [3] * 3)
-    assert all(body["max_tokens"] == 5 and body["temperature"] == 1.0 for body in asked)
-
-
-# ---------------------------------------------------------------- rollout.py, end to end
-
-def test_rollout_with_tiny_model_writes_the_trajectory_schema(tmp_path, tiny_model):
-    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK, dict(TIP_TASK, task_id="tip2")])
+def test_resume_reads_replies_that_hold_unicode_line_separators(tmp_path):
     out = tmp_path / "traj.jsonl"
-    result = run_script("rollout.py", tasks, "--agent", tiny_model, "--samples", "2", "--max-turns", "2",
-                        "--max-new-tokens", "8", "--out", str(out))
-    assert "done: 4 trajectories" in result.stdout
-    records = read_jsonl(out)
-    assert sorted((r["task_id"], r["sample_idx"]) for r in records) == [("tip", 0), ("tip", 1), ("tip2", 0), ("tip2", 1)]
-    for record in records:
-        assert set(record) >= {"task_id", "sample_idx", "task", "dialogue_history", "answer"}
-        roles = [t["role"] for t in record["dialogue_history"]]
-        assert roles[0] == "user" and roles[-1] == "assistant" and roles.count("assistant") <= 2
-        for turn in record["dialogue_history"]:
-            if turn["role"] == "assistant":
-                assert turn["input"].startswith("<|im_start|>system\n") and turn["input"].endswith("<|im_start|>assistant\n")
-    assert load_trajectories(str(out))  # what rollout writes, the next stage reads
+    out.write_text(json.dumps({"task_id": "t", "sample_idx": 0, "answer": "a\u2028b"}, ensure_ascii=False) + "\n",
+                   encoding="utf-8")  # json.dumps leaves U+2028 raw: str.splitlines() would cut the line there
+    assert finished_keys(str(out)) == {("t", 0)}
 
 
-def test_rollout_defaults_its_output_under_runs(tmp_path, tiny_model):
-    tasks = write_jsonl(tmp_path / "mytasks.jsonl", [TIP_TASK])
-    result = run_script(os.path.join(ROOT, "rollout.py"), tasks, "--agent", tiny_model, "--max-turns", "1",
-                        "--max-new-tokens", "4", cwd=tmp_path)
-    assert "runs/mytasks.traj.jsonl" in result.stdout
-    assert len(read_jsonl(tmp_path / "runs" / "mytasks.traj.jsonl")) == 1
+@pytest.mark.parametrize("check, accepted, refused", [
+    (positive_int, {"1": 1, "16": 16}, ["0", "-1", "1.5", "two", ""]),
+    (non_negative_int, {"0": 0, "7": 7}, ["-1", "0.5", "x"]),
+    (positive_float, {"0.5": 0.5, "3": 3.0, "1e-9": 1e-9}, ["0", "-0.0", "-1", "nan", "inf", "x"]),
+    (non_negative_float, {"0": 0.0, "2.5": 2.5}, ["-0.1", "nan", "inf", "x"]),
+    (fraction, {"1": 1.0, "0.25": 0.25}, ["0", "1.01", "-0.5", "nan", "x"]),
+    (fraction_or_zero, {"0": 0.0, "1": 1.0, "0.25": 0.25}, ["-0.1", "1.01", "nan", "x"]),
+    (at_least(2), {"2": 2, "16": 16}, ["1", "0", "2.5", "x"]),
+])
+def test_cli_types_accept_their_range_only(check, accepted, refused):
+    assert {text: check(text) for text in accepted} == accepted
+    for text in refused:
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(text))):
+            check(text)
 
 
-def test_rollout_resumes_after_kill_9_without_duplicates_or_torn_lines(tmp_path, tiny_model):
-    tasks = write_jsonl(tmp_path / "tasks.jsonl", [dict(TIP_TASK, task_id=f"t{i}") for i in range(6)])
-    out = tmp_path / "traj.jsonl"
-    command = [sys.executable, "rollout.py", tasks, "--agent", tiny_model, "--max-turns", "3", "--batch-size", "1",
-               "--max-new-tokens", "48", "--out", str(out)]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
-        time.sleep(0.05)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    written_before = out.read_text().count("\n")
-    assert 1 <= written_before < 6
-    with open(out, "a") as f:
-        f.write('{"task_id": "t5", "sample_')  # what a kill in the middle of a write would leave
-    result = run_script(*command[1:])
-    assert f"{written_before} already in" in result.stdout
-    records = read_jsonl(out)
-    assert sorted(r["task_id"] for r in records) == [f"t{i}" for i in range(6)]
+@pytest.mark.parametrize("script, flag, value, allowed", [
+    ("rollout.py", "--samples", "0", "an integer >= 1"),
+    ("rollout.py", "--limit", "-1", "an integer >= 1"),
+    ("rollout.py", "--max-turns", "-1", "an integer >= 1"),
+    ("rollout.py", "--batch-size", "0", "an integer >= 1"),
+    ("rollout.py", "--max-new-tokens", "0", "an integer >= 1"),
+    ("rollout.py", "--temperature", "-1", "a finite number >= 0"),
+    ("critic.py", "--epochs", "0", "an integer >= 1"),
+    ("critic.py", "--batch-size", "0", "an integer >= 1"),
+    ("critic.py", "--eval-fraction", "2", "a number in [0, 1]"),
+    ("critic.py", "--lr", "0", "a finite number > 0"),
+    ("critic.py", "--beta", "-0.1", "a finite number > 0"),
+    ("critic.py", "--min-reward-gap", "-1", "a finite number >= 0"),
+    ("critic.py", "--max-length", "8", "an integer >= 32"),
+    ("policy.py", "--candidates", "1", "an integer >= 2"),
+    ("policy.py", "--candidates", "0", "an integer >= 2"),
+    ("policy.py", "--epochs", "0", "an integer >= 1"),
+    ("policy.py", "--data-fraction", "0", "a number in (0, 1]"),
+    ("policy.py", "--pairs-per-turn", "0", "an integer >= 1"),
+    ("policy.py", "--sample-batch-size", "0", "an integer >= 1"),
+    ("policy.py", "--temperature", "-0.5", "a finite number >= 0"),
+    ("policy.py", "--lr", "nan", "a finite number > 0"),
+    ("policy.py", "--beta", "0", "a finite number > 0"),
+    ("-m colbench.judge", "--candidates", "1", "an integer >= 2"),
+    ("-m colbench.warmstart", "--samples", "0", "an integer >= 1"),
+])
+def test_stages_refuse_a_bad_flag_value_at_parse_time(tmp_path, script, flag, value, allowed):
+    given = write_jsonl(tmp_path / "in.jsonl", [TIP_TASK])
+    critic_flag = ["--critic", str(tmp_path / "critic")] if "judge" in script else []  # judge requires one
+    result = run_script(*script.split(), given, "--out", str(tmp_path / "out"), *critic_flag, flag, value, check=False)
+    assert result.returncode == 2
+    assert f"error: argument {flag}: '{value}' is not {allowed}" in result.stderr and "Traceback" not in result.stderr
+    assert os.listdir(tmp_path) == ["in.jsonl"]
 
 
-def test_rollout_with_url_agent_and_url_simulator(tmp_path, stub_server):
-    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK, dict(TIP_TASK, task_id="other", problem_description="Something else")])
-    out = tmp_path / "traj.jsonl"
-    result = run_script("rollout.py", tasks, "--agent", stub_server, "--simulator", stub_server, "--max-turns", "2",
-                        "--out", str(out))
-    records = {r["task_id"]: r for r in read_jsonl(out)}
-    assert records["tip"]["answer"].startswith("def tip(bill):") and len(records["tip"]["dialogue_history"]) == 2
-    assert len(records["other"]["dialogue_history"]) == 4  # asked, was answered, then had to answer
-    assert json.loads(records["tip"]["dialogue_history"][1]["input"])[0]["role"] == "system"
-    assert "tokens generated" in result.stdout
+# --- the shipped backend task set (colbench/tasks/backend_{train,test}.jsonl)
 
-
-def test_shrinking_batch_sampling_gives_model_generate_tokens_under_greedy(tiny_model):
-    model, tokenizer = load_model(tiny_model)
-    torch.manual_seed(0)
-    with torch.no_grad():  # the fixture's small initial weights make every greedy reply one repeated token
-        for weight in model.parameters():
-            if weight.dim() > 1:
-                weight.normal_(0, 0.5)
-    prompts = [chat_text(tokenizer, [{"role": "user", "content": text}], add_generation_prompt=True) for text in
-               ("What is the tip?", "def f(x):", "Round to 2 decimal places. I WANT TO ANSWER", "x", "18 percent.")]
-    tokenizer.padding_side = "left"
-    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    assert len(set(batch["attention_mask"].sum(-1).tolist())) > 1  # rows carry different amounts of left padding
-    # A random model hardly ever ends a turn: the token found in the most replies serves as the
-    # end-of-turn token instead, so that rows finish at different steps.
-    unstopped = sample_plain(model, batch["input_ids"], batch["attention_mask"], 16, 0, tokenizer.eos_token_id)
-    stop = Counter(token for row in unstopped for token in dict.fromkeys(row[1:])).most_common(1)[0][0]
-    plain = sample_plain(model, batch["input_ids"], batch["attention_mask"], 16, 0, stop)
-    lengths = [len(row) for row in plain]
-    assert len(set(lengths)) >= 3 and 16 in lengths and min(lengths) < 16
-    assert sample_shrinking_batch(model, batch["input_ids"], batch["attention_mask"], 16, 0, stop) == plain
-    torch.manual_seed(1)
-    sampled = sample_shrinking_batch(model, batch["input_ids"], batch["attention_mask"], 16, 1.0, stop)
-    assert sampled != plain and all(len(row) == 16 or row.index(stop) == len(row) - 1 for row in sampled)
-
-
-def test_turn_spans_select_exactly_the_assistant_tokens(tiny_model):
-    from transformers import AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"},
-                {"role": "assistant", "content": "What percent? 18%"}, {"role": "user", "content": "ok"},
-                {"role": "assistant", "content": " def f(x):\n  return 1"}]
-    ids, spans = tokenize_turns(tokenizer, messages)
-    assert [tokenizer.decode(ids[a:b]) for a, b in spans] == ["What percent? 18%<|im_end|>", " def f(x):\n  return 1<|im_end|>"]
-    outside = [k for k in range(len(ids)) if not any(a <= k < b for a, b in spans)]
-    assert "percent" not in tokenizer.decode([ids[k] for k in outside])
-
-
-def official_scored(n_tasks):
-    """Scored trajectories in the official offline schema (no task_id, no sample_idx), replies as raw vLLM
-    output with the whitespace around them, as in colbench_code_offline_15k_llama8b.jsonl."""
-    records = []
-    for n in range(n_tasks):
-        task = {k: v for k, v in TIP_TASK.items() if k != "task_id"}
-        task["problem_description"] = f"Task {n}: " + task["problem_description"]
-        for factor, reward in (("0.18", 1.0), ("0.2", 0.3), ("1", 0.0)):
-            answer = f"def tip(bill):\n    return round(bill * {factor}, 2)"
-            question, reply = "  What percent should the tip be?\n", f"  I WANT TO ANSWER: {answer}\n\n"
-            records.append({"task": task, "answer": answer, "reward": reward, "dialogue_history": [
-                {"role": "user", "content": task["problem_description"]},
-                {"role": "assistant", "content": question, "input": "<prompt>", "output": question},
-                {"role": "user", "content": "The tip is 18 percent."},
-                {"role": "assistant", "content": reply, "input": "<prompt>", "output": reply}]})
-    return records
-
-
-@pytest.mark.parametrize("style", CHAT_STYLES)
-def test_turn_spans_are_each_reply_as_the_template_renders_it_and_its_end_of_turn_token(style):
-    tokenizer, end_of_turn = tiny_tokenizer(style), CHAT_STYLES[style][2]
-    messages = [{"role": m["role"], "content": m["content"]} for m in official_scored(1)[0]["dialogue_history"]]
-    messages += [{"role": "user", "content": "Anything else?"}, {"role": "assistant", "content": ""}]
-    ids, spans = tokenize_turns(tokenizer, messages)
-    assert tokenizer.decode(ids, clean_up_tokenization_spaces=False) == chat_text(tokenizer, messages)
-    replies = [m["content"] for m in messages if m["role"] == "assistant"]
-    assert len(spans) == len(replies) == 3
-    for (start, end), reply in zip(spans, replies):
-        rendered = reply if style == "chatml" else reply.strip()  # the Llama-3 and Qwen-style templates strip
-        assert ids[start:end] == tokenizer(rendered + end_of_turn, add_special_tokens=False)["input_ids"]
-
-
-# ================================================================ Tests of the shipped backend task set (colbench/data/backend_{train,test}.jsonl).
-
-DATA = os.path.join(ROOT, "colbench", "data")
-TRAIN = os.path.join(DATA, "backend_train.jsonl")
-TEST = os.path.join(DATA, "backend_test.jsonl")
+TASKS_DIR = os.path.join(ROOT, "colbench", "tasks")
+TRAIN = os.path.join(TASKS_DIR, "backend_train.jsonl")
+TEST = os.path.join(TASKS_DIR, "backend_test.jsonl")
 SIGNATURE = "The signature of the function is:"
 TRIVIAL_NUMBERS = {0, 1, 2, 10, 100}
+
 
 # Runs every reference on its own tests in a fresh namespace, in a child process, and prints
 # {task_id: [repr(output), ...]}; run twice to check the outputs are deterministic.
@@ -526,14 +317,344 @@ def test_tasks_descriptions_hide_the_constants():
 
 
 def test_tasks_regeneration_is_byte_identical(tmp_path):
-    subprocess.run([sys.executable, "-m", "colbench.backend_tasks", "--out", str(tmp_path)],
+    subprocess.run([sys.executable, "-m", "colbench.tasks.backend", "--out", str(tmp_path)],
                    cwd=ROOT, check=True, capture_output=True, timeout=120)
     for name in ("backend_train.jsonl", "backend_test.jsonl"):
-        with open(os.path.join(DATA, name), "rb") as shipped, open(tmp_path / name, "rb") as fresh:
+        with open(os.path.join(TASKS_DIR, name), "rb") as shipped, open(tmp_path / name, "rb") as fresh:
             assert shipped.read() == fresh.read(), name
 
 
-# ================================================================ Tests of evaluate.py and the sandbox: the real script on hostile and honest programs.
+# ======================== 2. the protocol (colbench/env.py), the simulated human (colbench/simulators.py), servers
+
+def test_episode_ends_on_the_marker_or_the_last_turn():
+    episode = Episode(TIP_TASK, 0, max_turns=3)
+    assert episode.agent_view()[0]["role"] == "system"
+    assert episode.agent_view()[1]["content"] == TIP_TASK["problem_description"]
+    assert not episode.add_agent_turn(Reply("What percent?", "PROMPT1", 3))
+    episode.add_human_turn("18 percent.")
+    assert episode.add_agent_turn(Reply(f"Sure. {ANSWER_MARKER} def tip(bill): return bill", "PROMPT2", 9))
+    assert episode.answer == "def tip(bill): return bill" and episode.answered_with_marker
+    record = episode.record()
+    assert [t["role"] for t in record["dialogue_history"]] == ["user", "assistant", "user", "assistant"]
+    assert record["dialogue_history"][1]["input"] == "PROMPT1"
+    assert record["dialogue_history"][3]["output"].startswith("Sure.")
+
+    last = Episode(TIP_TASK, 1, max_turns=2)
+    last.add_agent_turn(Reply("question?", "p", 1))
+    last.add_human_turn("answer")
+    assert "last turn" in last.agent_view()[0]["content"]
+    assert last.add_agent_turn(Reply("def tip(bill): return 1", "p", 1)) and last.answer == "def tip(bill): return 1"
+
+
+def test_official_prompt_style_states_the_budget_at_every_turn_and_adds_no_last_turn_note():
+    for style in PROMPT_STYLES:
+        episode = Episode(TIP_TASK, 0, max_turns=2, prompt_style=style)
+        systems = [episode.agent_view()[0]["content"]]
+        episode.add_agent_turn(Reply("What percent?", "p", 1))
+        episode.add_human_turn("18 percent.")
+        systems.append(episode.agent_view()[0]["content"])
+        budget = TURN_BUDGET_NOTE.format(max_turns=2)
+        if style == "official":
+            assert systems[0] == systems[1] and budget in systems[0] and LAST_TURN_NOTE not in systems[1]
+        else:
+            assert systems[0] + LAST_TURN_NOTE == systems[1] and budget not in systems[1]
+
+
+def test_embedded_simulator_answers_from_facts_and_says_when_it_does_not_know():
+    simulator = EmbeddedSimulator()
+
+    def ask(text):
+        return simulator.reply(TIP_TASK, [{"role": "user", "content": "..."}, {"role": "assistant", "content": text}])
+
+    assert ask("What percent of the bill should the tip be?") == "The tip is 18 percent of the bill."
+    assert ask("How should I round it?") == "Round the tip to 2 decimal places."
+    assert ask("Which programming font do you like?") == DONT_KNOW
+    assert ask("Can you tell me more details?") == TIP_TASK["hidden_facts"][0]
+    assert ask("Tell me about the weather") in TIP_TASK["hidden_facts"]  # 'tell' asks for details
+    reply = ask("percent round bill tip decimal places")
+    assert len(reply) <= 400 and reply.count(".") <= 3 and "return" not in reply
+
+
+def test_simulator_derives_facts_from_code_when_a_task_has_none():
+    facts = facts_from_code("def ship(weight):\n    if weight > 20:\n        return 15.5\n    return 5\n")
+    assert "Something special happens when weight is more than 20." in facts
+    assert "The number 15.5 matters in the calculation." in facts
+    task = dict(TIP_TASK, hidden_facts=[],
+                ground_truth="def ship(weight):\n    if weight > 20:\n        return 15.5\n    return 5\n")
+    reply = EmbeddedSimulator().reply(task, [{"role": "assistant", "content": "Is there a weight limit?"}])
+    assert "weight is more than 20" in reply and "return" not in reply
+
+
+class StubOpenAI(http.server.BaseHTTPRequestHandler):
+    """A local server speaking the OpenAI chat schema; it fails and hangs on purpose first. It returns
+    `n` choices when it honours OpenAI's `n` (else one), and numbers its replies sampled at T > 0."""
+    script = []  # what to do with the next POSTs: 'fail', 'hang', or 'ok'
+    requests_seen = []
+    honours_n = True
+    samples_made = 0
+
+    def log_message(self, *args):
+        pass
+
+    def send_json(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.send_json(200, {"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        StubOpenAI.requests_seen.append(body)
+        action = StubOpenAI.script.pop(0) if StubOpenAI.script else "ok"
+        if action == "fail":
+            return self.send_json(500, {"error": "boom"})
+        if action == "hang":
+            time.sleep(3)
+        last = body["messages"][-1]["content"]
+        reply = ("I WANT TO ANSWER: def tip(bill):\n    return round(bill * 0.18, 2)" if "tip calculator" in last
+                 else "The tip is 18 percent. " + "x" * 600)
+        choices = []
+        for index in range(body.get("n", 1) if StubOpenAI.honours_n else 1):
+            text = reply
+            if body["temperature"] > 0:
+                StubOpenAI.samples_made += 1
+                text += f"  # sample {StubOpenAI.samples_made}"
+            choices.append({"index": index, "finish_reason": "stop", "message": {"role": "assistant", "content": text}})
+        self.send_json(200, {"id": "1", "object": "chat.completion", "model": body["model"], "choices": choices})
+
+
+@pytest.fixture()
+def stub_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StubOpenAI)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    StubOpenAI.script, StubOpenAI.requests_seen, StubOpenAI.honours_n, StubOpenAI.samples_made = [], [], True, 0
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_url_simulator_retries_500s_and_hanging_replies_and_cuts_at_400_chars(stub_server):
+    StubOpenAI.script = ["fail", "fail", "hang"]
+    simulator = make_simulator(stub_server + "/v1")
+    simulator.model.timeout = 1  # the hanging reply times out after 1 s and is retried
+    dialogue = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "What percent?"}]
+    reply = simulator.respond([(TIP_TASK, dialogue)])[0]
+    assert reply.startswith("The tip is 18 percent.") and len(reply) == 400
+    sent = StubOpenAI.requests_seen[-1]
+    assert sent["model"] == "stub-model" and sent["temperature"] == 0.0
+    assert "round(bill * 0.18, 2)" in sent["messages"][0]["content"]  # the human holds the reference
+    assert len(StubOpenAI.requests_seen) == 4
+
+
+def test_endpoint_gives_up_after_bounded_retries(stub_server):
+    StubOpenAI.script = ["fail"] * 10
+    chat = EndpointChat(stub_server, model="m", retries=2)
+    with pytest.raises(RuntimeError, match="gave up after 3 attempts"):
+        chat.complete([{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.parametrize("honours_n", [True, False])
+def test_endpoint_samples_n_replies_per_request_or_one_request_each(stub_server, honours_n):
+    StubOpenAI.honours_n, StubOpenAI.script = honours_n, ["fail"]  # the same retries as every request
+    conversations = [[{"role": "user", "content": f"question {k}"}] for k in range(2)]
+    samples = EndpointChat(stub_server, model="m").sample(conversations, 3, max_new_tokens=5, temperature=1.0)
+    assert [len(replies) for replies in samples] == [3, 3]
+    assert len({reply.text for replies in samples for reply in replies}) == 6
+    asked = StubOpenAI.requests_seen
+    assert len(asked) == 1 + (2 if honours_n else 6)
+    assert sorted(body.get("n", 1) for body in asked) == ([3, 3, 3] if honours_n else [1] * 4 + [3] * 3)
+    assert all(body["max_tokens"] == 5 and body["temperature"] == 1.0 for body in asked)
+
+
+def closed_port_url():
+    """The URL of a local port nothing listens on: bound, then released."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+def test_require_server_passes_a_live_server_and_refuses_a_dead_one_within_seconds(stub_server, capsys):
+    require_server("--agent", stub_server)
+    dead, start = closed_port_url(), time.monotonic()
+    with pytest.raises(SystemExit) as stopped:
+        require_server("--simulator", dead)
+    assert stopped.value.code == 2 and time.monotonic() - start < 5
+    assert f"error: --simulator {dead}: no OpenAI-compatible server answers" in capsys.readouterr().err
+
+
+# --- chat templates: the tokens of each agent turn (colbench/models.py)
+
+def test_turn_spans_select_exactly_the_assistant_tokens(tiny_model):
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"},
+                {"role": "assistant", "content": "What percent? 18%"}, {"role": "user", "content": "ok"},
+                {"role": "assistant", "content": " def f(x):\n  return 1"}]
+    ids, spans = tokenize_turns(tokenizer, messages)
+    assert [tokenizer.decode(ids[a:b]) for a, b in spans] == [
+        "What percent? 18%<|im_end|>", " def f(x):\n  return 1<|im_end|>"]
+    outside = [k for k in range(len(ids)) if not any(a <= k < b for a, b in spans)]
+    assert "percent" not in tokenizer.decode([ids[k] for k in outside])
+
+
+def official_scored(n_tasks):
+    """Scored trajectories in the official offline schema (no task_id, no sample_idx), replies as raw vLLM
+    output with the whitespace around them, as in colbench_code_offline_15k_llama8b.jsonl."""
+    records = []
+    for n in range(n_tasks):
+        task = {k: v for k, v in TIP_TASK.items() if k != "task_id"}
+        task["problem_description"] = f"Task {n}: " + task["problem_description"]
+        for factor, reward in (("0.18", 1.0), ("0.2", 0.3), ("1", 0.0)):
+            answer = f"def tip(bill):\n    return round(bill * {factor}, 2)"
+            question, reply = "  What percent should the tip be?\n", f"  I WANT TO ANSWER: {answer}\n\n"
+            records.append({"task": task, "answer": answer, "reward": reward, "dialogue_history": [
+                {"role": "user", "content": task["problem_description"]},
+                {"role": "assistant", "content": question, "input": "<prompt>", "output": question},
+                {"role": "user", "content": "The tip is 18 percent."},
+                {"role": "assistant", "content": reply, "input": "<prompt>", "output": reply}]})
+    return records
+
+
+@pytest.mark.parametrize("style", CHAT_STYLES)
+def test_turn_spans_are_each_reply_as_the_template_renders_it_and_its_end_of_turn_token(style):
+    tokenizer, end_of_turn = tiny_tokenizer(style), CHAT_STYLES[style][2]
+    messages = [{"role": m["role"], "content": m["content"]} for m in official_scored(1)[0]["dialogue_history"]]
+    messages += [{"role": "user", "content": "Anything else?"}, {"role": "assistant", "content": ""}]
+    ids, spans = tokenize_turns(tokenizer, messages)
+    assert tokenizer.decode(ids, clean_up_tokenization_spaces=False) == chat_text(tokenizer, messages)
+    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert len(spans) == len(replies) == 3
+    for (start, end), reply in zip(spans, replies):
+        rendered = reply if style == "chatml" else reply.strip()  # the Llama-3 and Qwen-style templates strip
+        assert ids[start:end] == tokenizer(rendered + end_of_turn, add_special_tokens=False)["input_ids"]
+
+
+# ======================== 3. rollout.py, end to end
+
+def test_rollout_reports_bad_input_without_traceback(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(TIP_TASK) + "\n" + json.dumps({"problem_description": "x"}) + "\n")
+    result = run_script("rollout.py", str(bad), "--out", str(tmp_path / "o.jsonl"), check=False)
+    assert result.returncode == 2 and not (tmp_path / "o.jsonl").exists()
+    assert f"{bad}:2: missing field 'ground_truth'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_rollout_with_tiny_model_writes_the_trajectory_schema(tmp_path, tiny_model):
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK, dict(TIP_TASK, task_id="tip2")])
+    out = tmp_path / "traj.jsonl"
+    result = run_script("rollout.py", tasks, "--agent", tiny_model, "--samples", "2", "--max-turns", "2",
+                        "--max-new-tokens", "8", "--out", str(out))
+    assert "done: 4 trajectories" in result.stdout
+    records = read_jsonl(out)
+    assert sorted((r["task_id"], r["sample_idx"]) for r in records) == [
+        ("tip", 0), ("tip", 1), ("tip2", 0), ("tip2", 1)]
+    for record in records:
+        assert set(record) >= {"task_id", "sample_idx", "task", "dialogue_history", "answer"}
+        roles = [t["role"] for t in record["dialogue_history"]]
+        assert roles[0] == "user" and roles[-1] == "assistant" and roles.count("assistant") <= 2
+        for turn in record["dialogue_history"]:
+            if turn["role"] == "assistant":
+                assert turn["input"].startswith("<|im_start|>system\n")
+                assert turn["input"].endswith("<|im_start|>assistant\n")
+    assert load_trajectories(str(out))  # what rollout writes, the next stage reads
+
+
+def test_rollout_defaults_its_output_under_runs(tmp_path, tiny_model):
+    tasks = write_jsonl(tmp_path / "mytasks.jsonl", [TIP_TASK])
+    result = run_script(os.path.join(ROOT, "rollout.py"), tasks, "--agent", tiny_model, "--max-turns", "1",
+                        "--max-new-tokens", "4", cwd=tmp_path)
+    assert "runs/mytasks.traj.jsonl" in result.stdout
+    assert len(read_jsonl(tmp_path / "runs" / "mytasks.traj.jsonl")) == 1
+
+
+def test_rollout_resumes_after_kill_9_without_duplicates_or_torn_lines(tmp_path, tiny_model):
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [dict(TIP_TASK, task_id=f"t{i}") for i in range(6)])
+    out = tmp_path / "traj.jsonl"
+    command = [sys.executable, "rollout.py", tasks, "--agent", tiny_model, "--max-turns", "3", "--batch-size", "1",
+               "--max-new-tokens", "48", "--out", str(out)]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    written_before = out.read_text().count("\n")
+    assert 1 <= written_before < 6
+    with open(out, "a") as f:
+        f.write('{"task_id": "t5", "sample_')  # what a kill in the middle of a write would leave
+    result = run_script(*command[1:])
+    assert f"{written_before} already in" in result.stdout
+    records = read_jsonl(out)
+    assert sorted(r["task_id"] for r in records) == [f"t{i}" for i in range(6)]
+
+
+def test_rollout_with_url_agent_and_url_simulator(tmp_path, stub_server):
+    other = dict(TIP_TASK, task_id="other", problem_description="Something else")
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK, other])
+    out = tmp_path / "traj.jsonl"
+    result = run_script("rollout.py", tasks, "--agent", stub_server, "--simulator", stub_server, "--max-turns", "2",
+                        "--out", str(out))
+    records = {r["task_id"]: r for r in read_jsonl(out)}
+    assert records["tip"]["answer"].startswith("def tip(bill):") and len(records["tip"]["dialogue_history"]) == 2
+    assert len(records["other"]["dialogue_history"]) == 4  # asked, was answered, then had to answer
+    assert json.loads(records["tip"]["dialogue_history"][1]["input"])[0]["role"] == "system"
+    assert "tokens generated" in result.stdout
+
+
+@pytest.mark.parametrize("flag", ["--agent", "--simulator"])
+def test_rollout_refuses_a_dead_server_before_loading_a_model(tmp_path, tiny_model, flag):
+    tasks, dead = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK]), closed_port_url()
+    models = {"--agent": tiny_model, "--simulator": "embedded", flag: dead}
+    result = run_script("rollout.py", tasks, "--agent", models["--agent"], "--simulator", models["--simulator"],
+                        "--out", str(tmp_path / "out.jsonl"), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {flag} {dead}: no OpenAI-compatible server answers" in result.stderr
+    assert "ConnectionError" in result.stderr
+    assert "forward passes" not in result.stdout  # no model was loaded
+    assert os.listdir(tmp_path) == ["tasks.jsonl"]
+
+
+def test_rollout_refuses_to_resume_into_a_file_that_is_not_trajectories(tmp_path, tiny_model):
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK])
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text(json.dumps(TIP_TASK) + "\n" + '{"task_id": "torn')  # a torn last line stays: nothing is cut
+    before = wrong.read_bytes()
+    result = run_script("rollout.py", tasks, "--agent", tiny_model, "--out", str(wrong), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {wrong}:1: missing field 'sample_idx'" in result.stderr
+    assert wrong.read_bytes() == before and "forward passes" not in result.stdout
+
+
+def test_shrinking_batch_sampling_gives_model_generate_tokens_under_greedy(tiny_model):
+    model, tokenizer = load_model(tiny_model)
+    torch.manual_seed(0)
+    with torch.no_grad():  # the fixture's small initial weights make every greedy reply one repeated token
+        for weight in model.parameters():
+            if weight.dim() > 1:
+                weight.normal_(0, 0.5)
+    prompts = [chat_text(tokenizer, [{"role": "user", "content": text}], add_generation_prompt=True) for text in
+               ("What is the tip?", "def f(x):", "Round to 2 decimal places. I WANT TO ANSWER", "x", "18 percent.")]
+    tokenizer.padding_side = "left"
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    assert len(set(batch["attention_mask"].sum(-1).tolist())) > 1  # rows carry different amounts of left padding
+    # A random model hardly ever ends a turn: the token found in the most replies serves as the
+    # end-of-turn token instead, so that rows finish at different steps.
+    unstopped = sample_plain(model, batch["input_ids"], batch["attention_mask"], 16, 0, tokenizer.eos_token_id)
+    stop = Counter(token for row in unstopped for token in dict.fromkeys(row[1:])).most_common(1)[0][0]
+    plain = sample_plain(model, batch["input_ids"], batch["attention_mask"], 16, 0, stop)
+    lengths = [len(row) for row in plain]
+    assert len(set(lengths)) >= 3 and 16 in lengths and min(lengths) < 16
+    assert sample_shrinking_batch(model, batch["input_ids"], batch["attention_mask"], 16, 0, stop) == plain
+    torch.manual_seed(1)
+    sampled = sample_shrinking_batch(model, batch["input_ids"], batch["attention_mask"], 16, 1.0, stop)
+    assert sampled != plain and all(len(row) == 16 or row.index(stop) == len(row) - 1 for row in sampled)
+
+
+# ======================== 4. evaluate.py and the sandbox: the real script on hostile and honest programs
 
 REFERENCE = "def f(x):\n    return x * 2\n"
 CALLS = {"test1": "f(1)", "test2": "f(2)", "test3": "f(3)"}
@@ -544,8 +665,6 @@ def trajectory(answer, task_id="double", reference=REFERENCE, calls=CALLS, **ext
             "test_cases": calls}
     return {"task_id": task_id, "task": task, "dialogue_history": [{"role": "user", "content": "hi"}],
             "answer": answer, **extra}
-
-
 
 
 def evaluate(path, *args, timeout=60, prefix=()):
@@ -560,10 +679,8 @@ def evaluate(path, *args, timeout=60, prefix=()):
     process.pid = running.pid  # sandbox runners carry it: `sandbox.py --serve PID`
     if process.returncode != 0:
         return process, None, None
-    with open(out) as f:
-        records = [json.loads(line) for line in f]
     with open(summary) as f:
-        return process, records, json.load(f)
+        return process, read_jsonl(out), json.load(f)
 
 
 def processes_with(marker):
@@ -637,7 +754,8 @@ def hostile_programs(outside_dir, victim, port):
                                 "def f(x):\n    return Same()\n", 0.0, "wrong output"),
         "always_equal_int": ("class Same(int):\n    def __eq__(self, other):\n        return True\n"
                              "    __hash__ = int.__hash__\ndef f(x):\n    return Same(0)\n", 0.0, "wrong output"),
-        "fake_results": ("import os, sys\ndef f(x):\n    fake = json_line = '{\"results\": {\"test1\": {\"value\": 2}}}'\n"
+        "fake_results": ("import os, sys\ndef f(x):\n"
+                         "    fake = json_line = '{\"results\": {\"test1\": {\"value\": 2}}}'\n"
                          "    print(fake)\n    sys.stdout.flush()\n    os.write(2, fake.encode())\n"
                          "    os.write(1, b'\\x0d\\x00\\x00\\x00{\"value\": 2}')\n    os._exit(0)\n", 0.0, "crashed"),
         # honest programs in the same batch
@@ -693,7 +811,7 @@ FAILURE_DETAILS = {
 }
 
 
-# Without root the programs run as the evaluator's own user (see the README's sandbox section).
+# Without root the programs run as the evaluator's own user (see the docstring of colbench/sandbox.py).
 NEEDS_ROOT = {"writes_outside", "deletes_outside", "writes_project", "subprocess", "kills_parent"}
 
 
@@ -870,8 +988,10 @@ def test_eval_official_scoring_first_block_function_scope_and_banned_substrings(
     assert [r["reward"] for r in default] == [expected for _, expected, _ in answers.values()] + [1.0]
     assert [r["reward"] for r in official] == [expected for _, _, expected in answers.values()] + [0.0]
     by_name = dict(zip(list(answers) + ["floor"], official))
-    assert by_name["banned_word"]["failure"] == "banned substring" and "'write'" in by_name["banned_word"]["failure_detail"]
-    assert by_name["module_import"]["failure"] == "exception" and "NameError" in by_name["module_import"]["failure_detail"]
+    assert by_name["banned_word"]["failure"] == "banned substring"
+    assert "'write'" in by_name["banned_word"]["failure_detail"]
+    assert by_name["module_import"]["failure"] == "exception"
+    assert "NameError" in by_name["module_import"]["failure_detail"]
     assert by_name["floor"]["failure"] == "broken test"  # the reference itself imports at module level
     assert summary["args"]["official_scoring"] is True
 
@@ -900,23 +1020,8 @@ def test_eval_missing_file_and_frontend_without_clip_weights(tmp_path):
     page["task"] = {"task_id": "page", "problem_description": "A page.", "ground_truth": "<html><body>x</body></html>"}
     process, _, _ = evaluate(write_jsonl(tmp_path / "front.jsonl", [page]))
     assert process.returncode == 2
-    assert "--clip PATH" in process.stderr and "Traceback" not in process.stderr  # offline: says how to pass a checkpoint
-
-
-@pytest.mark.parametrize("check, accepted, refused", [
-    (positive_int, {"1": 1, "16": 16}, ["0", "-1", "1.5", "two", ""]),
-    (non_negative_int, {"0": 0, "7": 7}, ["-1", "0.5", "x"]),
-    (positive_float, {"0.5": 0.5, "3": 3.0, "1e-9": 1e-9}, ["0", "-0.0", "-1", "nan", "inf", "x"]),
-    (non_negative_float, {"0": 0.0, "2.5": 2.5}, ["-0.1", "nan", "inf", "x"]),
-    (fraction, {"1": 1.0, "0.25": 0.25}, ["0", "1.01", "-0.5", "nan", "x"]),
-    (fraction_or_zero, {"0": 0.0, "1": 1.0, "0.25": 0.25}, ["-0.1", "1.01", "nan", "x"]),
-    (at_least(2), {"2": 2, "16": 16}, ["1", "0", "2.5", "x"]),
-])
-def test_cli_types_accept_their_range_only(check, accepted, refused):
-    assert {text: check(text) for text in accepted} == accepted
-    for text in refused:
-        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(text))):
-            check(text)
+    # offline: it says how to pass a checkpoint
+    assert "--clip PATH" in process.stderr and "Traceback" not in process.stderr
 
 
 @pytest.mark.parametrize("flag, value, allowed", [
@@ -990,7 +1095,8 @@ def test_eval_values_round_trip_with_types():
 
 
 def test_eval_fork_bomb_leaves_the_next_program_able_to_fork():
-    bomb = "import os\ndef f(x):\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass\n"
+    bomb = ("import os\ndef f(x):\n    while True:\n        try:\n            os.fork()\n"
+            "        except OSError:\n            pass\n")
     forker = ("import os\ndef f(x):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n"
               "    os.waitpid(pid, 0)\n    return x\n")
     with Sandbox(timeout=0.5) as sandbox:  # one runner: the same user id for both programs
@@ -1082,7 +1188,8 @@ def test_eval_programs_on_one_runner_each_get_one_fresh_tmpfs_per_place():
 def test_eval_runner_removes_the_folders_of_dead_runners_only():
     ended = subprocess.Popen([sys.executable, "-c", ""])
     ended.wait()
-    dead, live = (os.path.join(PRIVATE_PLACES[0], f"{WORKDIR_PREFIX}{pid}-planted") for pid in (ended.pid, os.getpid()))
+    dead = os.path.join(PRIVATE_PLACES[0], f"{WORKDIR_PREFIX}{ended.pid}-planted")
+    live = os.path.join(PRIVATE_PLACES[0], f"{WORKDIR_PREFIX}{os.getpid()}-planted")
     for folder in (dead, live):
         os.makedirs(os.path.join(folder, "sub"))
         with open(os.path.join(folder, "sub", "file"), "w") as f:
@@ -1097,7 +1204,7 @@ def test_eval_runner_removes_the_folders_of_dead_runners_only():
         shutil.rmtree(live, ignore_errors=True)
 
 
-# ================================================================ Tests of critic.py (to be merged into test_all.py): the loss by hand, the critic's prompt and its
+# ======================== 5. critic.py: the loss by hand, the critic's prompt, log-probs both ways, training
 
 HISTORY = [{"role": "user", "content": TIP_TASK["problem_description"]},
            {"role": "assistant", "content": "What percent should the tip be?"},
@@ -1134,14 +1241,16 @@ def test_critic_loss_equals_hand_computed_values_and_log_2_when_critic_is_refere
     logps = torch.log(torch.rand(20))
     advantage = critic.turn_advantages(logps, logps, [(3, 7), (12, 20)])
     assert advantage.tolist() == [0.0, 0.0]
-    assert critic.bradley_terry_loss(advantage.sum()[None], advantage.sum()[None], 0.1).item() == pytest.approx(math.log(2))
+    score = advantage.sum()[None]
+    assert critic.bradley_terry_loss(score, score, 0.1).item() == pytest.approx(math.log(2))
 
 
 def test_critic_turn_advantage_is_the_mean_or_sum_of_its_tokens():
     critic_logps, reference_logps = torch.tensor([-1.0, -2.0, -3.0, -4.0, -5.0]), torch.full((5,), -3.0)
     # spans are token positions: tokens 2..3 are entries 1..2, tokens 4..5 are entries 3..4
     assert critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)]).tolist() == [0.5, -1.5]
-    assert critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)], normalize=False).tolist() == [1.0, -3.0]
+    summed = critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)], normalize=False)
+    assert summed.tolist() == [1.0, -3.0]
 
 
 def test_critic_prompt_holds_the_solution_and_spans_select_exactly_the_agent_tokens(tiny_model):
@@ -1155,39 +1264,47 @@ def test_critic_prompt_holds_the_solution_and_spans_select_exactly_the_agent_tok
         "What percent should the tip be?<|im_end|>", CANDIDATES[0] + "<|im_end|>"]
     outside = tokenizer.decode([ids[k] for k in range(len(ids)) if not any(a <= k < b for a, b in spans)])
     assert "return round(bill * 0.18, 2)" in outside and "What percent" not in outside
-    assert TIP_TASK["ground_truth"].strip() not in critic.critic_messages(TIP_TASK, dialogue, use_solution=False)[0]["content"]
+    blind = critic.critic_messages(TIP_TASK, dialogue, use_solution=False)
+    assert TIP_TASK["ground_truth"].strip() not in blind[0]["content"]
 
 
 def test_critic_advantage_changes_with_the_solution_only_when_it_is_shown(two_model_critic):
     other_solution = dict(TIP_TASK, ground_truth="def tip(bill):\n    return bill * 0.25\n")
     with_c = critic.score_candidates(two_model_critic, TIP_TASK, HISTORY, CANDIDATES)
     assert all(abs(a) > 1e-4 for a in with_c)
-    assert all(abs(a - b) > 1e-5 for a, b in zip(with_c, critic.score_candidates(two_model_critic, other_solution, HISTORY, CANDIDATES)))
-    blind = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer, use_solution=False)
-    assert critic.score_candidates(blind, TIP_TASK, HISTORY, CANDIDATES) == critic.score_candidates(blind, other_solution, HISTORY, CANDIDATES)
+    with_other_c = critic.score_candidates(two_model_critic, other_solution, HISTORY, CANDIDATES)
+    assert all(abs(a - b) > 1e-5 for a, b in zip(with_c, with_other_c))
+    blind = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
+                          use_solution=False)
+    assert (critic.score_candidates(blind, TIP_TASK, HISTORY, CANDIDATES)
+            == critic.score_candidates(blind, other_solution, HISTORY, CANDIDATES))
 
 
 @pytest.mark.parametrize("normalize", [True, False])
 def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_critic, normalize):
-    scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer, normalize=normalize)
+    scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
+                           normalize=normalize)
     shared = critic.score_candidates(scorer, TIP_TASK, HISTORY, CANDIDATES)
     for candidate, score in zip(CANDIDATES, shared):
-        ids, spans = tokenize_turns(scorer.tokenizer, critic.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}]))
+        messages = critic.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}])
+        ids, spans = tokenize_turns(scorer.tokenizer, messages)
         with torch.no_grad():
-            critic_logps = critic.sequence_logps(scorer.model, [ids])[0]
-            reference_logps = critic.sequence_logps(scorer.reference_model, [ids])[0]
-        assert score == pytest.approx(critic.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item(), abs=1e-4)
+            critic_logps = sequence_logps(scorer.model, [ids])[0]
+            reference_logps = sequence_logps(scorer.reference_model, [ids])[0]
+        plain = critic.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item()
+        assert score == pytest.approx(plain, abs=1e-4)
 
 
-def test_critic_task_logps_with_one_shared_beginning_equal_one_forward_per_trajectory(two_model_critic):
+def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory(two_model_critic):
     dialogues = [HISTORY + [{"role": "assistant", "content": c}, {"role": "user", "content": "ok"},
                             {"role": "assistant", "content": "I WANT TO ANSWER: def tip(bill): return bill"}]
                  for c in CANDIDATES[:3]]
     encoded = [tokenize_turns(two_model_critic.tokenizer, critic.critic_messages(TIP_TASK, d)) for d in dialogues]
     with torch.no_grad():
-        fast = critic.task_logps(two_model_critic.model, [ids for ids, _ in encoded], min(spans[0][0] for _, spans in encoded))
+        fast, _ = shared_prefix_logps(two_model_critic.model, [ids for ids, _ in encoded],
+                                      min(spans[0][0] for _, spans in encoded))
         for (ids, spans), fast_logps in zip(encoded, fast):
-            plain = critic.sequence_logps(two_model_critic.model, [ids])[0]
+            plain = sequence_logps(two_model_critic.model, [ids])[0]
             assert fast_logps.shape == plain.shape
             for start, end in spans:  # every agent token, exactly where the plain path puts it
                 assert torch.allclose(fast_logps[start - 1:end - 1], plain[start - 1:end - 1], atol=1e-4)
@@ -1212,14 +1329,18 @@ def test_bootstrap_interval_resamples_tasks_and_brackets_the_mean():
     assert stats.bootstrap_mean_ci({"a": [0.2], "b": [0.2]}) == (0.2, 0.2)
 
 
+def pair_names(pairs):
+    """(task_id, chosen sample_idx, rejected sample_idx) of each pair."""
+    return [(c["task_id"], c["sample_idx"], r["sample_idx"]) for c, r in pairs]
+
+
 def test_critic_pairs_need_the_same_task_and_a_large_enough_reward_gap():
     other = dict(TIP_TASK, task_id="other")
     trajectories = [scored(TIP_TASK, 0, ["a"], 0.2), scored(TIP_TASK, 1, ["b"], 0.9), scored(TIP_TASK, 2, ["c"], 0.2),
                     scored(other, 0, ["d"], 1.0), scored(TIP_TASK, 3, ["e"], 0.25)]
-    names = lambda pairs: [(c["task_id"], c["sample_idx"], r["sample_idx"]) for c, r in pairs]
-    assert names(critic.preference_pairs(trajectories, 0.0)) == [
+    assert pair_names(critic.preference_pairs(trajectories, 0.0)) == [
         ("tip", 1, 0), ("tip", 3, 0), ("tip", 1, 2), ("tip", 1, 3), ("tip", 3, 2)]
-    assert names(critic.preference_pairs(trajectories, 0.5)) == [("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 3)]
+    assert pair_names(critic.preference_pairs(trajectories, 0.5)) == [("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 3)]
 
 
 def test_critic_official_pairing_best_against_each_worse_of_solved_tasks_and_a_frontend_gap_of_0_1():
@@ -1228,22 +1349,23 @@ def test_critic_official_pairing_best_against_each_worse_of_solved_tasks_and_a_f
     trajectories = ([scored(TIP_TASK, k, ["a"], reward) for k, reward in enumerate([0.5, 1.0, 0.2, 1.0, 0.5])]
                     + [scored(failed, k, ["b"], reward) for k, reward in enumerate([0.2, 0.9])]
                     + [scored(page, k, ["c"], reward) for k, reward in enumerate([0.70, 0.75, 0.95, 0.5])])
-    names = lambda pairs: [(c["task_id"], c["sample_idx"], r["sample_idx"]) for c, r in pairs]
     # the best solved trajectory (the first of the two at 1.0) against each worse one; nothing from `failed`
-    assert names(critic.preference_pairs(trajectories, 0.0, "official")) == [
+    assert pair_names(critic.preference_pairs(trajectories, 0.0, "official")) == [
         ("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 4),
         ("page", 2, 0), ("page", 0, 3), ("page", 2, 1), ("page", 1, 3), ("page", 2, 3)]  # not 0.70 vs 0.75
     assert len(critic.preference_pairs(trajectories, 0.0, "all")) == 8 + 1 + 6
-    assert names(critic.preference_pairs(trajectories, 0.4, "official")) == [
+    assert pair_names(critic.preference_pairs(trajectories, 0.4, "official")) == [
         ("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 4), ("page", 2, 3)]
 
 
 def test_critic_max_length_drops_the_oldest_turns_first_and_says_so(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    trajectory = scored(TIP_TASK, 0, ["first question?", "second question?", "I WANT TO ANSWER: def tip(bill): return 1"], 0.0)
-    full_ids, full_spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, trajectory["dialogue_history"], True, 10_000)
+    turns = ["first question?", "second question?", "I WANT TO ANSWER: def tip(bill): return 1"]
+    trajectory = scored(TIP_TASK, 0, turns, 0.0)
+    dialogue = trajectory["dialogue_history"]
+    full_ids, full_spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, True, 10_000)
     assert (len(full_spans), dropped, note) == (3, 0, "")
-    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, trajectory["dialogue_history"], True, len(full_ids) - 5)
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, True, len(full_ids) - 5)
     assert (len(spans), dropped, note) == (2, 1, "dropped the oldest 1 agent turn(s)")
     assert tokenizer.decode(ids[spans[0][0]:spans[0][1]]) == "second question?<|im_end|>"
     last_turn_only, _ = tokenize_turns(tokenizer, critic.critic_messages(TIP_TASK, trajectory["dialogue_history"][4:]))
@@ -1259,10 +1381,13 @@ def planted_pattern_file(path, n_tasks=24):
     """Per task: one trajectory whose agent says the planted phrase (reward 1) and two that do not (reward 0)."""
     rng = random.Random(0)
     filler = "What is the discount? The tip is percent. Round to decimal places. def f(x): return x".split()
+
+    def chatter():
+        return " ".join(rng.choices(filler, k=6))
+
     records = []
     for n in range(n_tasks):
         task = dict(TIP_TASK, task_id=f"t{n}", problem_description=f"Task {n}: " + " ".join(rng.choices(filler, k=8)))
-        chatter = lambda: " ".join(rng.choices(filler, k=6))
         records.append(scored(task, 0, [chatter() + " I WANT TO ANSWER: def tip(bill): return bill", chatter()], 1.0))
         records += [scored(task, k, [chatter(), chatter()], 0.0) for k in (1, 2)]
     return write_jsonl(path, records)
@@ -1271,8 +1396,9 @@ def planted_pattern_file(path, n_tasks=24):
 def test_critic_learns_a_planted_pattern_to_over_90_percent_held_out_accuracy(tmp_path, tiny_model):
     data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=16)
     out = tmp_path / "critic"
-    critic.main(critic.parser.parse_args([data, "--model", tiny_model, "--out", str(out), "--lr", "3e-3", "--epochs", "4",
-                                          "--batch-size", "4", "--eval-fraction", "0.25", "--dtype", "fp32"]))
+    critic.main(critic.parser.parse_args([data, "--model", tiny_model, "--out", str(out), "--lr", "3e-3",
+                                          "--epochs", "4", "--batch-size", "4", "--eval-fraction", "0.25",
+                                          "--dtype", "fp32"]))
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["eval_tasks"], metrics["eval_pairs"], metrics["train_pairs"]) == (4, 8, 24)
     assert metrics["before"]["pair_accuracy"] == 0.5
@@ -1280,9 +1406,10 @@ def test_critic_learns_a_planted_pattern_to_over_90_percent_held_out_accuracy(tm
     advantages = read_jsonl(out / "advantages.jsonl")
     assert len(advantages) == 4 * 3 * 2
     first_turns = [a for a in advantages if a["turn"] == 0]
-    mean = lambda values: sum(values) / len(values)
+    with_pattern = [a["advantage"] for a in first_turns if a["reward"] == 1.0]
+    without = [a["advantage"] for a in first_turns if a["reward"] == 0.0]
     # the critic credits the turn that holds the pattern, more than the first turns without it
-    assert mean([a["advantage"] for a in first_turns if a["reward"] == 1.0]) > mean([a["advantage"] for a in first_turns if a["reward"] == 0.0])
+    assert statistics.mean(with_pattern) > statistics.mean(without)
 
 
 def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model):
@@ -1294,9 +1421,11 @@ def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model)
                          "reward": record["reward"]})
     data = write_jsonl(tmp_path / "official.scored.jsonl", official)
     out = tmp_path / "critic"
-    result = run_script("critic.py", data, "--model", tiny_model, "--out", str(out), "--epochs", "1", "--eval-fraction", "0.5")
+    result = run_script("critic.py", data, "--model", tiny_model, "--out", str(out), "--epochs", "1",
+                        "--eval-fraction", "0.5")
     assert "used: 3 tasks, 9 trajectories, 6 pairs" in result.stdout and "loss" in result.stdout
-    assert {"config.json", "model.safetensors", "args.json", "metrics.json", "advantages.jsonl", "log.jsonl"} <= set(os.listdir(out))
+    written = {"config.json", "model.safetensors", "args.json", "metrics.json", "advantages.jsonl", "log.jsonl"}
+    assert written <= set(os.listdir(out))
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["eval_pairs"] + metrics["train_pairs"] == 6 and "pair_accuracy" in metrics["after"]
     assert set(read_jsonl(out / "advantages.jsonl")[0]) == {"task_id", "sample_idx", "turn", "advantage", "reward"}
@@ -1305,8 +1434,9 @@ def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model)
     assert loaded.use_solution and loaded.normalize
     assert len(critic.score_candidates(loaded, official[0]["task"], HISTORY, CANDIDATES[:2])) == 2
 
-    ablation = run_script("critic.py", data, "--model", tiny_model, "--out", str(tmp_path / "ablation"), "--epochs", "1",
-                          "--no-reference", "--no-normalize", "--gradient-checkpointing", "--max-length", "60")
+    ablation = run_script("critic.py", data, "--model", tiny_model, "--out", str(tmp_path / "ablation"),
+                          "--epochs", "1", "--no-reference", "--no-normalize", "--gradient-checkpointing",
+                          "--max-length", "60")
     assert "warning:" in ablation.stdout and "--max-length 60" in ablation.stdout
     loaded = critic.load_critic(str(tmp_path / "ablation"))
     assert not loaded.use_solution and not loaded.normalize
@@ -1323,7 +1453,8 @@ def test_critic_trains_on_untrimmed_official_replies_under_each_chat_template(tm
     model = build_tiny_model(str(tmp_path / "model"), style=style)
     data = write_jsonl(tmp_path / "official.scored.jsonl", official_scored(2))
     out = tmp_path / "critic"
-    result = run_script("critic.py", data, "--model", model, "--out", str(out), "--epochs", "1", "--eval-fraction", "0.5")
+    result = run_script("critic.py", data, "--model", model, "--out", str(out), "--epochs", "1",
+                        "--eval-fraction", "0.5")
     assert "used: 2 tasks, 6 trajectories, 6 pairs" in result.stdout and "done: 1 steps" in result.stdout
     assert sorted(a["turn"] for a in read_jsonl(out / "advantages.jsonl")) == [0, 0, 0, 1, 1, 1]
 
@@ -1332,7 +1463,8 @@ def test_critic_without_pairs_or_rewards_exits_with_a_clear_message(tmp_path, ti
     ties = write_jsonl(tmp_path / "ties.jsonl", [scored(TIP_TASK, k, ["a"], 0.5) for k in range(3)])
     result = run_script("critic.py", ties, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
     assert result.returncode == 2 and "error: no pairs" in result.stderr and "Traceback" not in result.stderr
-    unscored = write_jsonl(tmp_path / "unscored.jsonl", [{k: v for k, v in scored(TIP_TASK, 0, ["a"], 0.5).items() if k != "reward"}])
+    without_reward = {k: v for k, v in scored(TIP_TASK, 0, ["a"], 0.5).items() if k != "reward"}
+    unscored = write_jsonl(tmp_path / "unscored.jsonl", [without_reward])
     result = run_script("critic.py", unscored, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
     assert result.returncode == 2 and "no numeric 'reward'" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "c").exists()
@@ -1345,183 +1477,14 @@ def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     page = {"task_id": "page", "problem_description": "A landing page for my bakery.",
             "ground_truth": "<html><body><h1>Fresh bread</h1><p>Open daily.</p></body></html>"}
-    trajectory = scored(page, 0, ["What colours do you like?", "I WANT TO ANSWER: <html><body><h1>Bread</h1></body></html>"], 0.6)
+    turns = ["What colours do you like?", "I WANT TO ANSWER: <html><body><h1>Bread</h1></body></html>"]
+    trajectory = scored(page, 0, turns, 0.6)
     ids, spans, dropped, note = critic.fit_to_length(tokenizer, page, trajectory["dialogue_history"], True, 10_000)
     assert "<h1>Fresh bread</h1>" in tokenizer.decode(ids[:spans[0][0]]) and (len(spans), dropped, note) == (2, 0, "")
     assert tokenizer.decode(ids[spans[1][0]:spans[1][1]]).startswith("I WANT TO ANSWER: <html>")
 
 
-def test_critic_under_torchrun_with_2_processes_matches_1_process(tmp_path, tiny_model):
-    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
-    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",  # 5: one rank gets a padding pass
-              "--eval-fraction", "0.25", "--dtype", "fp32"]
-    run_script("critic.py", *common, "--out", str(tmp_path / "one"))
-    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "critic.py", *common,
-                        "--out", str(tmp_path / "two"))
-    assert result.stdout.count("done:") == 1  # rank 0 alone prints
-    one, two = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("one", "two"))
-    assert one["steps"] == two["steps"] and one["after"]["pair_accuracy"] == two["after"]["pair_accuracy"]
-    assert two["after"]["loss"] == pytest.approx(one["after"]["loss"], rel=1e-3, abs=1e-4)
-    losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "two")]
-    assert losses[1] == pytest.approx(losses[0], rel=1e-3, abs=1e-4)
-    assert sorted(os.listdir(tmp_path / "two")) == sorted(os.listdir(tmp_path / "one"))
-
-
-# ================================================================ Tests of the frontend half of ColBench: tasks, rendering, the simulated human, CLIP scoring, win rate.
-
-PAGE = ("<!DOCTYPE html><html><head><style>body{background:#0f1c3f;color:#f5f5f5;font-family:Georgia,serif}"
-        "nav{background:#d4a017;padding:12px} nav a{color:#0f1c3f;margin-right:20px}</style></head><body>"
-        "<nav><a href='#'>Home</a><a href='#menu'>Menu</a><a href='#visit'>Visit</a></nav><h1>Golden Crust</h1>"
-        "<section><h2>Menu</h2><p>Bread.</p></section><section><h2>Visit</h2><p>Maple Street.</p></section>"
-        "<footer>2024</footer></body></html>")
-PAGE_TASK = {"task_id": "bakery", "problem_description": "I run a bakery called Golden Crust; make me a website.",
-             "ground_truth": PAGE}
-
-
-def turn(text):
-    """A dialogue whose latest message is the agent's `text`."""
-    return [{"role": "user", "content": PAGE_TASK["problem_description"]}, {"role": "assistant", "content": text}]
-
-
-@pytest.fixture(scope="session")
-def tiny_clip(tmp_path_factory):
-    """A random CLIPModel with 32x32 images, saved with its CLIPImageProcessor."""
-    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
-    folder = str(tmp_path_factory.mktemp("tiny_clip"))
-    torch.manual_seed(0)
-    config = CLIPConfig(
-        text_config=dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         max_position_embeddings=16, bos_token_id=0, eos_token_id=1, pad_token_id=1),
-        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=32, patch_size=8),
-        projection_dim=8)
-    CLIPModel(config).save_pretrained(folder)
-    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(folder)
-    return folder
-
-
-# ---------------------------------------------------------------- the task files
-
-def test_frontend_task_files_are_valid_varied_and_reproducible(tmp_path):
-    train, test = (load_tasks(os.path.join(DATA, f"frontend_{split}.jsonl")) for split in ("train", "test"))
-    assert len(train) >= 100 and len(test) >= 30
-    for task in train + test:
-        page = task["ground_truth"]
-        assert task_kind(task) == "frontend" and len(page) < 4000
-        assert "<style>" in page and "<script" not in page and not re.search(r"(src|href)=\"(https?:)?//", page)
-    assert len({t["site"] for t in train}) >= 10 and {t["layout"] for t in train} == {"single", "hero", "sidebar", "cards"}
-    assert len({t["palette"] for t in train}) >= 10 and len({t["nav"] for t in train}) >= 5
-    run_script("-m", "colbench.frontend_tasks", "--out", str(tmp_path))
-    for split in ("train", "test"):
-        with open(os.path.join(DATA, f"frontend_{split}.jsonl"), "rb") as shipped:
-            assert (tmp_path / f"frontend_{split}.jsonl").read_bytes() == shipped.read()
-
-
-# ---------------------------------------------------------------- rendering
-
-def test_frontend_render_page_and_broken_pages():
-    image = render(PAGE)
-    assert image.size == (1024, 768) and image.getpixel((500, 700)) == (15, 28, 63)   # the navy background
-    assert image.getpixel((500, 20)) == (212, 160, 23)                                # the gold navigation bar
-    unclosed = render("<html><body style='background:#ff0000'><h1>cut sh")           # broken HTML still renders
-    assert unclosed.getpixel((500, 500)) == (255, 0, 0)
-    offline = render("<html><head><script src='https://cdn.example.com/x.js'></script></head>"
-                     "<body style='background:#00ff00'></body></html>", timeout=8)    # no network, no wait
-    assert offline.getpixel((10, 10)) == (0, 255, 0)
-    hanging = render("<html><body style='background:red'><script>while (true) {}</script></body></html>", timeout=2)
-    assert hanging.getextrema() == ((255, 255),) * 3                                  # fails -> blank
-    assert render("").getextrema() == ((255, 255),) * 3
-
-
-# ---------------------------------------------------------------- the protocol and the simulated human
-
-def test_frontend_episode_answer_is_the_last_page_proposed():
-    assert html_page("Here: <html><body>one</body></html> and <HTML><body>two</body></HTML> ok") == "<HTML><body>two</body></HTML>"
-    assert html_page("<!DOCTYPE html>\n<html><body>cut short") == "<!DOCTYPE html>\n<html><body>cut short"
-    assert html_page("What colors do you like?") is None
-    episode = Episode(PAGE_TASK, 0, max_turns=3)
-    assert "<html>" in episode.agent_view()[0]["content"]
-    episode.add_agent_turn(Reply("Draft: <html><body>first</body></html>", "p", 1))
-    episode.add_human_turn("More blue.")
-    episode.add_agent_turn(Reply("Is blue fine? <html><body>second</body></html>", "p", 1))
-    episode.add_human_turn("Yes.")
-    assert episode.add_agent_turn(Reply(f"{ANSWER_MARKER} that one.", "p", 1))
-    assert episode.answer == "<html><body>second</body></html>" and episode.answered_with_marker
-
-
-def test_frontend_simulator_names_planted_differences():
-    simulator = make_simulator("embedded")
-    say = lambda page: simulator.respond([(PAGE_TASK, turn(f"How is this? {page}"))])[0]
-    assert say(PAGE) == frontend.LOOKS_RIGHT
-    recolored = say(PAGE.replace("background:#0f1c3f", "background:#ffffff"))
-    assert recolored.startswith("The page background should be navy, not white.")
-    no_nav = say(re.sub(r"<nav>.*?</nav>", "", PAGE))
-    assert "navigation menu at the top" in no_nav and "'Menu'" in no_nav
-    missing = say(PAGE.replace("<section><h2>Visit</h2><p>Maple Street.</p></section>", "").replace("Golden Crust", "Bakery"))
-    assert "The main title should say 'Golden Crust'." in missing and "missing the section 'Visit'" in missing
-    plain = say("<html><body><h1>Hello</h1></body></html>")
-    assert len(plain) <= frontend.MAX_REPLY_CHARS and plain.count(".") <= frontend.MAX_DIFFERENCES + 2
-    assert "<" not in plain and "#0f1c3f" not in plain                                # never pastes the reference
-    no_page = say("What colors do you like?")
-    assert no_page.startswith(frontend.NO_PAGE) and "navy" in no_page
-
-
-def test_frontend_vision_endpoint_gets_both_screenshots(stub_server):
-    simulator = make_simulator(stub_server)
-    reply = simulator.respond([(PAGE_TASK, turn("Draft: <html><body>hi</body></html>"))])[0]
-    assert reply.startswith("The tip is 18 percent.") and len(reply) > 400  # the frontend limit, not the backend's
-    content = StubOpenAI.requests_seen[-1]["messages"][1]["content"]
-    images = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
-    assert len(images) == 2 and all(url.startswith("data:image/png;base64,") for url in images)
-    simulator.respond([(PAGE_TASK, turn("Which colors?"))])
-    assert sum(part["type"] == "image_url" for part in StubOpenAI.requests_seen[-1]["messages"][1]["content"]) == 1
-
-
-# ---------------------------------------------------------------- scoring: CLIP cosine and win rate
-
-def test_frontend_clip_cosine_with_a_tiny_random_clip(tiny_clip):
-    scorer = frontend.ClipScorer(tiny_clip)
-    red, blue = Image.new("RGB", (64, 48), "red"), Image.new("RGB", (64, 48), "blue")
-    same, different = scorer.cosine([red, blue], [red.copy(), red])
-    assert same == pytest.approx(1.0, abs=1e-5) and -1.0 <= different < 0.999
-    with pytest.raises(frontend.ClipUnavailable, match="--clip PATH"):
-        frontend.ClipScorer(os.path.join(tiny_clip, "absent"))
-
-
-def test_frontend_win_rate_counts_ties_half():
-    mine = {"a": [0.9], "b": [0.5, 0.7], "c": [0.3], "d": [0.8], "only-mine": [1.0]}
-    theirs = {"a": [0.8], "b": [0.6], "c": [0.4], "d": [0.8], "only-theirs": [0.0]}
-    assert frontend.win_rate(mine, theirs) == (pytest.approx((1 + 0.5 + 0 + 0.5) / 4), 1, 2, 1)  # b: 0.6 == 0.6
-    assert frontend.win_rate({"x": [1.0]}, {"y": [0.0]}) == (None, 0, 0, 0)
-
-
-def test_frontend_rollout_two_turns_then_clip_evaluation_and_win_rate(tmp_path, tiny_model, tiny_clip):
-    tasks = write_jsonl(tmp_path / "front.jsonl", [dict(PAGE_TASK, task_id=f"page{i}") for i in range(2)])
-    trajectories, scored = str(tmp_path / "t.jsonl"), str(tmp_path / "s.jsonl")
-    run_script("rollout.py", tasks, "--agent", tiny_model, "--max-turns", "2", "--max-new-tokens", "8", "--out", trajectories)
-    for record in read_jsonl(trajectories):
-        assert [t["role"] for t in record["dialogue_history"]] == ["user", "assistant", "user", "assistant"]
-        assert record["dialogue_history"][2]["content"].startswith(frontend.NO_PAGE)  # the tiny model writes no page
-        assert record["answer"] == ""
-    result = run_script("evaluate.py", trajectories, "--out", scored, "--clip", tiny_clip)
-    assert "mean CLIP cosine" in result.stdout
-    assert all(-1.0 <= r["reward"] <= 1.0 and r["answered_page"] is False for r in read_jsonl(scored))
-    result = run_script("evaluate.py", trajectories, "--out", str(tmp_path / "s2.jsonl"), "--clip", tiny_clip,
-                        "--against", scored)
-    assert "win rate against" in result.stdout and "50.0% over 2 matched tasks (0 wins, 2 ties, 0 losses)" in result.stdout
-
-
-def test_frontend_evaluate_without_clip_weights_says_how_to_pass_them(tmp_path):
-    record = {"task_id": "bakery", "sample_idx": 0, "task": PAGE_TASK, "answer": PAGE,
-              "dialogue_history": [{"role": "user", "content": "hi"}]}
-    path = write_jsonl(tmp_path / "t.jsonl", [record])
-    result = subprocess.run([sys.executable, "evaluate.py", path, "--out", str(tmp_path / "s.jsonl"), "--clip",
-                             str(tmp_path / "no-such-clip")], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and "--clip PATH" in result.stderr and "Traceback" not in result.stderr
-    assert not (tmp_path / "s.jsonl").exists()
-
-
-# ================================================================ Tests of policy.py: the DPO + NLL loss by hand, the top/bottom-half pairing rule, a few training
+# ======================== 6. policy.py: the DPO + NLL loss by hand, the pairing rule, training, each method end to end
 
 def scored_trajectory(sample_idx, reward, question, code):
     return {"task_id": "tip", "sample_idx": sample_idx, "task": TIP_TASK, "dialogue_history": [
@@ -1532,7 +1495,8 @@ def scored_trajectory(sample_idx, reward, question, code):
         "answer": code, "reward": reward, "success": reward == 1.0}
 
 
-SCORED = [scored_trajectory(0, 1.0, "What percent should the tip be?", "def tip(bill):\n    return round(bill * 0.18, 2)"),
+SCORED = [scored_trajectory(0, 1.0, "What percent should the tip be?",
+                            "def tip(bill):\n    return round(bill * 0.18, 2)"),
           scored_trajectory(1, 0.3, "Hello?", "def tip(bill):\n    return bill * 0.2"),
           scored_trajectory(2, 0.0, "Which font?", "def tip(bill):\n    return 0")]
 
@@ -1557,7 +1521,8 @@ def test_policy_dpo_loss_is_log_2_at_initialization_and_matches_a_hand_computed_
     assert chosen_rewards.tolist() == [0.0, 0.0] and rejected_rewards.tolist() == [0.0, 0.0]
     # beta (-1 - -2) = 0.1, beta (-3 - -2) = -0.1: -log sigmoid(0.2) = log(1 + e^-0.2) = 0.5981389; + 0.01 * 1.5
     loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
-        torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.0]), torch.tensor([1.5]), 0.1, 0.01)
+        torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.0]), torch.tensor([1.5]),
+        0.1, 0.01)
     assert loss.item() == pytest.approx(0.5981389 + 0.015, abs=1e-6)
     assert chosen_rewards.item() == pytest.approx(0.1) and rejected_rewards.item() == pytest.approx(-0.1)
 
@@ -1599,7 +1564,6 @@ def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model,
 
 
 def test_policy_shared_prompt_logps_and_gradients_equal_full_sequence_ones(tiny_model):
-    from colbench.models import load_model, token_logps
     from policy import completion_logps, tokenize_completion
     model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
     prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "A tip calculator."},
@@ -1612,7 +1576,7 @@ def test_policy_shared_prompt_logps_and_gradients_equal_full_sequence_ones(tiny_
     model.zero_grad()
     full = []
     for ids, spans in sequences:  # the last span only: the earlier assistant turn belongs to the prompt
-        logps = token_logps(model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
+        logps = sequence_logps(model, [ids])[0]
         full.append(sum(logps[start - 1:end - 1].sum() for start, end in spans))
         assert counts[len(full) - 1] == sum(end - start for start, end in spans) and len(spans) == 1
     torch.stack(full).sum().backward()
@@ -1627,7 +1591,8 @@ def rollout_runs(policy_dir, tmp_path):
     assert "done: 1 trajectories" in result.stdout
 
 
-def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(tmp_path, scored_file, critic_dir, tiny_model):
+def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(tmp_path, scored_file, critic_dir,
+                                                                                tiny_model):
     out = str(tmp_path / "policy")
     result = run_script("policy.py", scored_file, "--critic", critic_dir, "--model", tiny_model, "--candidates", "4",
                         "--pairs-per-turn", "2", "--max-new-tokens", "8", "--batch-size", "4", "--out", out)
@@ -1641,7 +1606,8 @@ def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(
         assert [m["role"] for m in pair["chosen"]] == ["assistant"] == [m["role"] for m in pair["rejected"]]
         assert pair["chosen_score"] > pair["rejected_score"]
     log = read_jsonl(f"{out}/log.jsonl")
-    assert log and set(log[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps", "tokens_per_s"}
+    assert log and set(log[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps",
+                                   "tokens_per_s"}
     assert json.load(open(f"{out}/args.json"))["method"] == "sweet" and (tmp_path / "policy" / "config.json").exists()
     rollout_runs(out, tmp_path)
 
@@ -1666,11 +1632,13 @@ def test_policy_scores_each_rollout_turn_under_the_prompt_the_agent_saw(tmp_path
                 for ids, spans in sequences for start, _ in spans] == prompts
 
 
-def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_file, critic_dir, tiny_model, stub_server):
+def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_file, critic_dir, tiny_model,
+                                                              stub_server):
     StubOpenAI.honours_n = False  # the harder path: every state costs one request per candidate
     out = str(tmp_path / "policy")
-    result = run_script("policy.py", scored_file, "--critic", critic_dir, "--model", tiny_model, "--sampler", stub_server,
-                        "--candidates", "3", "--pairs-per-turn", "2", "--max-new-tokens", "8", "--out", out)
+    result = run_script("policy.py", scored_file, "--critic", critic_dir, "--model", tiny_model,
+                        "--sampler", stub_server, "--candidates", "3", "--pairs-per-turn", "2", "--max-new-tokens", "8",
+                        "--out", out)
     assert "from 6 turn states" in result.stdout and "done:" in result.stdout
     asked = StubOpenAI.requests_seen
     assert len(asked) == 6 * 3 and sum(body.get("n") == 3 for body in asked) == 6
@@ -1692,7 +1660,7 @@ def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, 
         assert all([m["role"] for m in r["chosen"]] == ["assistant", "user", "assistant"] for r in rows)
     else:  # the one successful trajectory, in TRL's prompt-completion format
         assert len(rows) == 1 and rows[0]["sample_idx"] == 0 and rows[0]["completion"][-1]["role"] == "assistant"
-    assert "nll" in read_jsonl(f"{out}/log.jsonl")[0] if method == "rft" else "margin" in read_jsonl(f"{out}/log.jsonl")[0]
+    assert ("nll" if method == "rft" else "margin") in read_jsonl(f"{out}/log.jsonl")[0]
     rollout_runs(out, tmp_path)
 
 
@@ -1708,7 +1676,8 @@ def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model)
     failed = write_jsonl(tmp_path / "failed.scored.jsonl", SCORED[1:])
     result = run_script("policy.py", failed, "--method", "rft", "--model", tiny_model, "--out", str(tmp_path / "p"),
                         check=False)
-    assert result.returncode == 2 and "error: no successful trajectory" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "error: no successful trajectory" in result.stderr
+    assert "Traceback" not in result.stderr
     result = run_script("policy.py", failed, "--critic", str(tmp_path / "nowhere"), "--model", tiny_model,
                         "--out", str(tmp_path / "p"), check=False)
     assert result.returncode == 2 and "error: no critic at" in result.stderr and "critic.py" in result.stderr
@@ -1719,26 +1688,183 @@ def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model)
     assert result.returncode == 2 and f"{bad}:1" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scored_file, critic_dir, tiny_model):
-    common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
-              "--batch-size", "3"]  # 3 pairs a step: one rank also runs a padding pass
-    run_script("policy.py", *common, "--out", str(tmp_path / "one"))
-    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", *common,
-                        "--out", str(tmp_path / "two"))
-    assert result.stdout.count("done:") == 1  # rank 0 alone prints
-    logs = [read_jsonl(tmp_path / name / "log.jsonl") for name in ("one", "two")]
-    assert [row["loss"] for row in logs[1]] == pytest.approx([row["loss"] for row in logs[0]], rel=1e-3, abs=1e-4)
-    assert logs[1][-1]["margin"] == pytest.approx(logs[0][-1]["margin"], rel=1e-3, abs=1e-4)
-    assert sorted(os.listdir(tmp_path / "two")) == sorted(os.listdir(tmp_path / "one"))
-    # sweet: states sampled and ranked in shares, every pair gathered, one set of outputs
-    sweet = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", scored_file,
-                       "--critic", critic_dir, "--model", tiny_model, "--candidates", "4", "--pairs-per-turn", "2",
-                       "--max-new-tokens", "8", "--out", str(tmp_path / "sweet"))
-    assert sweet.stdout.count("done:") == 1 and "from 6 turn states" in sweet.stdout
-    assert {"config.json", "pairs.jsonl", "log.jsonl", "args.json"} <= set(os.listdir(tmp_path / "sweet"))
+def test_policy_refuses_a_dead_sampler_before_writing_anything(tmp_path):
+    scored_path = write_jsonl(tmp_path / "train.scored.jsonl", SCORED)
+    critic = tmp_path / "critic"
+    critic.mkdir()
+    (critic / "args.json").write_text("{}")
+    dead = closed_port_url()
+    result = run_script("policy.py", scored_path, "--critic", str(critic), "--sampler", dead,
+                        "--out", str(tmp_path / "p"), check=False)
+    assert result.returncode == 2 and f"error: --sampler {dead}: no OpenAI-compatible server answers" in result.stderr
+    assert "forward passes" not in result.stdout and not (tmp_path / "p").exists()
 
 
-# ================================================================ colbench/distributed.py: torchrun helpers
+# ======================== 7. frontend design: tasks, rendering, the simulated human, CLIP scoring, win rate
+
+PAGE = ("<!DOCTYPE html><html><head><style>body{background:#0f1c3f;color:#f5f5f5;font-family:Georgia,serif}"
+        "nav{background:#d4a017;padding:12px} nav a{color:#0f1c3f;margin-right:20px}</style></head><body>"
+        "<nav><a href='#'>Home</a><a href='#menu'>Menu</a><a href='#visit'>Visit</a></nav><h1>Golden Crust</h1>"
+        "<section><h2>Menu</h2><p>Bread.</p></section><section><h2>Visit</h2><p>Maple Street.</p></section>"
+        "<footer>2024</footer></body></html>")
+PAGE_TASK = {"task_id": "bakery", "problem_description": "I run a bakery called Golden Crust; make me a website.",
+             "ground_truth": PAGE}
+
+
+def turn(text):
+    """A dialogue whose latest message is the agent's `text`."""
+    return [{"role": "user", "content": PAGE_TASK["problem_description"]}, {"role": "assistant", "content": text}]
+
+
+@pytest.fixture(scope="session")
+def tiny_clip(tmp_path_factory):
+    """A random CLIPModel with 32x32 images, saved with its CLIPImageProcessor."""
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
+    folder = str(tmp_path_factory.mktemp("tiny_clip"))
+    torch.manual_seed(0)
+    config = CLIPConfig(
+        text_config=dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
+                         pad_token_id=1),
+        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+        projection_dim=8)
+    CLIPModel(config).save_pretrained(folder)
+    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+# --- the task files
+
+def test_frontend_task_files_are_valid_varied_and_reproducible(tmp_path):
+    train = load_tasks(os.path.join(TASKS_DIR, "frontend_train.jsonl"))
+    test = load_tasks(os.path.join(TASKS_DIR, "frontend_test.jsonl"))
+    assert len(train) >= 100 and len(test) >= 30
+    for task in train + test:
+        page = task["ground_truth"]
+        assert task_kind(task) == "frontend" and len(page) < 4000
+        assert "<style>" in page and "<script" not in page and not re.search(r"(src|href)=\"(https?:)?//", page)
+    assert len({t["site"] for t in train}) >= 10
+    assert {t["layout"] for t in train} == {"single", "hero", "sidebar", "cards"}
+    assert len({t["palette"] for t in train}) >= 10 and len({t["nav"] for t in train}) >= 5
+    run_script("-m", "colbench.tasks.frontend", "--out", str(tmp_path))
+    for split in ("train", "test"):
+        with open(os.path.join(TASKS_DIR, f"frontend_{split}.jsonl"), "rb") as shipped:
+            assert (tmp_path / f"frontend_{split}.jsonl").read_bytes() == shipped.read()
+
+
+# --- rendering
+
+def test_frontend_render_page_and_broken_pages():
+    image = render(PAGE)
+    assert image.size == (1024, 768) and image.getpixel((500, 700)) == (15, 28, 63)   # the navy background
+    assert image.getpixel((500, 20)) == (212, 160, 23)                                # the gold navigation bar
+    unclosed = render("<html><body style='background:#ff0000'><h1>cut sh")           # broken HTML still renders
+    assert unclosed.getpixel((500, 500)) == (255, 0, 0)
+    offline = render("<html><head><script src='https://cdn.example.com/x.js'></script></head>"
+                     "<body style='background:#00ff00'></body></html>", timeout=8)    # no network, no wait
+    assert offline.getpixel((10, 10)) == (0, 255, 0)
+    hanging = render("<html><body style='background:red'><script>while (true) {}</script></body></html>", timeout=2)
+    assert hanging.getextrema() == ((255, 255),) * 3                                  # fails -> blank
+    assert render("").getextrema() == ((255, 255),) * 3
+
+
+# --- the protocol and the simulated human
+
+def test_frontend_episode_answer_is_the_last_page_proposed():
+    two_pages = "Here: <html><body>one</body></html> and <HTML><body>two</body></HTML> ok"
+    assert html_page(two_pages) == "<HTML><body>two</body></HTML>"
+    assert html_page("<!DOCTYPE html>\n<html><body>cut short") == "<!DOCTYPE html>\n<html><body>cut short"
+    assert html_page("What colors do you like?") is None
+    episode = Episode(PAGE_TASK, 0, max_turns=3)
+    assert "<html>" in episode.agent_view()[0]["content"]
+    episode.add_agent_turn(Reply("Draft: <html><body>first</body></html>", "p", 1))
+    episode.add_human_turn("More blue.")
+    episode.add_agent_turn(Reply("Is blue fine? <html><body>second</body></html>", "p", 1))
+    episode.add_human_turn("Yes.")
+    assert episode.add_agent_turn(Reply(f"{ANSWER_MARKER} that one.", "p", 1))
+    assert episode.answer == "<html><body>second</body></html>" and episode.answered_with_marker
+
+
+def test_frontend_simulator_names_planted_differences():
+    simulator = make_simulator("embedded")
+
+    def say(page):
+        return simulator.respond([(PAGE_TASK, turn(f"How is this? {page}"))])[0]
+
+    assert say(PAGE) == frontend.LOOKS_RIGHT
+    recolored = say(PAGE.replace("background:#0f1c3f", "background:#ffffff"))
+    assert recolored.startswith("The page background should be navy, not white.")
+    no_nav = say(re.sub(r"<nav>.*?</nav>", "", PAGE))
+    assert "navigation menu at the top" in no_nav and "'Menu'" in no_nav
+    without_visit = PAGE.replace("<section><h2>Visit</h2><p>Maple Street.</p></section>", "")
+    missing = say(without_visit.replace("Golden Crust", "Bakery"))
+    assert "The main title should say 'Golden Crust'." in missing and "missing the section 'Visit'" in missing
+    plain = say("<html><body><h1>Hello</h1></body></html>")
+    assert len(plain) <= frontend.MAX_REPLY_CHARS and plain.count(".") <= frontend.MAX_DIFFERENCES + 2
+    assert "<" not in plain and "#0f1c3f" not in plain                                # never pastes the reference
+    no_page = say("What colors do you like?")
+    assert no_page.startswith(frontend.NO_PAGE) and "navy" in no_page
+
+
+def test_frontend_vision_endpoint_gets_both_screenshots(stub_server):
+    simulator = make_simulator(stub_server)
+    reply = simulator.respond([(PAGE_TASK, turn("Draft: <html><body>hi</body></html>"))])[0]
+    assert reply.startswith("The tip is 18 percent.") and len(reply) > 400  # the frontend limit, not the backend's
+    content = StubOpenAI.requests_seen[-1]["messages"][1]["content"]
+    images = [part["image_url"]["url"] for part in content if part["type"] == "image_url"]
+    assert len(images) == 2 and all(url.startswith("data:image/png;base64,") for url in images)
+    simulator.respond([(PAGE_TASK, turn("Which colors?"))])
+    assert sum(part["type"] == "image_url" for part in StubOpenAI.requests_seen[-1]["messages"][1]["content"]) == 1
+
+
+# --- scoring: CLIP cosine and win rate
+
+def test_frontend_clip_cosine_with_a_tiny_random_clip(tiny_clip):
+    scorer = frontend.ClipScorer(tiny_clip)
+    red, blue = Image.new("RGB", (64, 48), "red"), Image.new("RGB", (64, 48), "blue")
+    same, different = scorer.cosine([red, blue], [red.copy(), red])
+    assert same == pytest.approx(1.0, abs=1e-5) and -1.0 <= different < 0.999
+    with pytest.raises(frontend.ClipUnavailable, match="--clip PATH"):
+        frontend.ClipScorer(os.path.join(tiny_clip, "absent"))
+
+
+def test_frontend_win_rate_counts_ties_half():
+    mine = {"a": [0.9], "b": [0.5, 0.7], "c": [0.3], "d": [0.8], "only-mine": [1.0]}
+    theirs = {"a": [0.8], "b": [0.6], "c": [0.4], "d": [0.8], "only-theirs": [0.0]}
+    assert frontend.win_rate(mine, theirs) == (pytest.approx((1 + 0.5 + 0 + 0.5) / 4), 1, 2, 1)  # b: 0.6 == 0.6
+    assert frontend.win_rate({"x": [1.0]}, {"y": [0.0]}) == (None, 0, 0, 0)
+
+
+def test_frontend_rollout_two_turns_then_clip_evaluation_and_win_rate(tmp_path, tiny_model, tiny_clip):
+    tasks = write_jsonl(tmp_path / "front.jsonl", [dict(PAGE_TASK, task_id=f"page{i}") for i in range(2)])
+    trajectories, scored = str(tmp_path / "t.jsonl"), str(tmp_path / "s.jsonl")
+    run_script("rollout.py", tasks, "--agent", tiny_model, "--max-turns", "2", "--max-new-tokens", "8",
+               "--out", trajectories)
+    for record in read_jsonl(trajectories):
+        assert [t["role"] for t in record["dialogue_history"]] == ["user", "assistant", "user", "assistant"]
+        assert record["dialogue_history"][2]["content"].startswith(frontend.NO_PAGE)  # the tiny model writes no page
+        assert record["answer"] == ""
+    result = run_script("evaluate.py", trajectories, "--out", scored, "--clip", tiny_clip)
+    assert "mean CLIP cosine" in result.stdout
+    assert all(-1.0 <= r["reward"] <= 1.0 and r["answered_page"] is False for r in read_jsonl(scored))
+    result = run_script("evaluate.py", trajectories, "--out", str(tmp_path / "s2.jsonl"), "--clip", tiny_clip,
+                        "--against", scored)
+    assert "win rate against" in result.stdout
+    assert "50.0% over 2 matched tasks (0 wins, 2 ties, 0 losses)" in result.stdout
+
+
+def test_frontend_evaluate_without_clip_weights_says_how_to_pass_them(tmp_path):
+    record = {"task_id": "bakery", "sample_idx": 0, "task": PAGE_TASK, "answer": PAGE,
+              "dialogue_history": [{"role": "user", "content": "hi"}]}
+    path = write_jsonl(tmp_path / "t.jsonl", [record])
+    result = subprocess.run([sys.executable, "evaluate.py", path, "--out", str(tmp_path / "s.jsonl"), "--clip",
+                             str(tmp_path / "no-such-clip")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--clip PATH" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+# ======================== 8. torchrun (colbench/distributed.py): gathers, and DDP and FSDP against one process
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_distributed_gather_returns_tensors_on_the_cpu_inside_tuples_lists_and_dicts(device):
@@ -1777,16 +1903,37 @@ def logits_of(model_dir, ids=tuple(range(1, 60))):
         return model(input_ids=torch.tensor([ids])).logits
 
 
+def test_critic_under_torchrun_with_2_processes_matches_1_process(tmp_path, tiny_model):
+    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
+    # --batch-size 5: one rank also runs a padding pass
+    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",
+              "--eval-fraction", "0.25", "--dtype", "fp32"]
+    run_script("critic.py", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "critic.py", *common,
+                        "--out", str(tmp_path / "two"))
+    assert result.stdout.count("done:") == 1  # rank 0 alone prints
+    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    two = json.loads((tmp_path / "two" / "metrics.json").read_text())
+    assert one["steps"] == two["steps"] and one["after"]["pair_accuracy"] == two["after"]["pair_accuracy"]
+    assert two["after"]["loss"] == pytest.approx(one["after"]["loss"], rel=1e-3, abs=1e-4)
+    losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "two")]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-3, abs=1e-4)
+    assert sorted(os.listdir(tmp_path / "two")) == sorted(os.listdir(tmp_path / "one"))
+
+
 def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_model(tmp_path, tiny_model):
     data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
-    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",  # 5: one rank gets a padding pass
+    # --batch-size 5: one rank also runs a padding pass
+    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "5",
               "--eval-fraction", "0.25", "--dtype", "fp32"]
     run_script("critic.py", *common, "--out", str(tmp_path / "one"))
     result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "critic.py", *common,
                         "--fsdp", "--gradient-checkpointing", "--out", str(tmp_path / "fsdp"))
     assert result.stdout.count("done:") == 1  # rank 0 alone prints
-    assert sorted(os.listdir(tmp_path / "fsdp")) == sorted(os.listdir(tmp_path / "one"))  # one checkpoint, one metrics.json
-    one, fsdp = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("one", "fsdp"))
+    # one checkpoint, one metrics.json
+    assert sorted(os.listdir(tmp_path / "fsdp")) == sorted(os.listdir(tmp_path / "one"))
+    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    fsdp = json.loads((tmp_path / "fsdp" / "metrics.json").read_text())
     assert fsdp["after"]["loss"] == pytest.approx(one["after"]["loss"], rel=1e-4, abs=1e-5)
     losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "fsdp")]
     assert len(losses[1]) == len(losses[0]) >= 3 and losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-5)
@@ -1796,6 +1943,25 @@ def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
         fsdp_logits = loaded.model(input_ids=torch.tensor([list(range(1, 60))])).logits
     assert torch.allclose(fsdp_logits, logits_of(str(tmp_path / "one")), atol=1e-4)
     assert not torch.allclose(fsdp_logits, logits_of(tiny_model), atol=1e-2)  # and it trained
+
+
+def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scored_file, critic_dir, tiny_model):
+    common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
+              "--batch-size", "3"]  # 3 pairs a step: one rank also runs a padding pass
+    run_script("policy.py", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", *common,
+                        "--out", str(tmp_path / "two"))
+    assert result.stdout.count("done:") == 1  # rank 0 alone prints
+    logs = [read_jsonl(tmp_path / name / "log.jsonl") for name in ("one", "two")]
+    assert [row["loss"] for row in logs[1]] == pytest.approx([row["loss"] for row in logs[0]], rel=1e-3, abs=1e-4)
+    assert logs[1][-1]["margin"] == pytest.approx(logs[0][-1]["margin"], rel=1e-3, abs=1e-4)
+    assert sorted(os.listdir(tmp_path / "two")) == sorted(os.listdir(tmp_path / "one"))
+    # sweet: states sampled and ranked in shares, every pair gathered, one set of outputs
+    sweet = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", scored_file,
+                       "--critic", critic_dir, "--model", tiny_model, "--candidates", "4", "--pairs-per-turn", "2",
+                       "--max-new-tokens", "8", "--out", str(tmp_path / "sweet"))
+    assert sweet.stdout.count("done:") == 1 and "from 6 turn states" in sweet.stdout
+    assert {"config.json", "pairs.jsonl", "log.jsonl", "args.json"} <= set(os.listdir(tmp_path / "sweet"))
 
 
 def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_model(tmp_path, scored_file, tiny_model):
@@ -1808,108 +1974,14 @@ def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
     assert sorted(os.listdir(tmp_path / "fsdp")) == sorted(os.listdir(tmp_path / "one"))
     logs = [read_jsonl(tmp_path / name / "log.jsonl") for name in ("one", "fsdp")]
     for statistic in ("loss", "margin", "chosen_logps"):  # the 1-process run shares each prompt's KV cache; FSDP cannot
-        assert [row[statistic] for row in logs[1]] == pytest.approx([row[statistic] for row in logs[0]], rel=1e-4, abs=1e-5)
+        one = [row[statistic] for row in logs[0]]
+        assert [row[statistic] for row in logs[1]] == pytest.approx(one, rel=1e-4, abs=1e-5)
     fsdp_logits = logits_of(str(tmp_path / "fsdp"))  # loaded as rollout.py --agent loads it
     assert torch.allclose(fsdp_logits, logits_of(str(tmp_path / "one")), atol=1e-4)
     assert not torch.allclose(fsdp_logits, logits_of(tiny_model), atol=1e-2)
 
 
-# ================================================================ every stage: bad arguments and bad input, refused at start
-
-@pytest.mark.parametrize("script, flag, value, allowed", [
-    ("rollout.py", "--samples", "0", "an integer >= 1"),
-    ("rollout.py", "--limit", "-1", "an integer >= 1"),
-    ("rollout.py", "--max-turns", "-1", "an integer >= 1"),
-    ("rollout.py", "--batch-size", "0", "an integer >= 1"),
-    ("rollout.py", "--max-new-tokens", "0", "an integer >= 1"),
-    ("rollout.py", "--temperature", "-1", "a finite number >= 0"),
-    ("critic.py", "--epochs", "0", "an integer >= 1"),
-    ("critic.py", "--batch-size", "0", "an integer >= 1"),
-    ("critic.py", "--eval-fraction", "2", "a number in [0, 1]"),
-    ("critic.py", "--lr", "0", "a finite number > 0"),
-    ("critic.py", "--beta", "-0.1", "a finite number > 0"),
-    ("critic.py", "--min-reward-gap", "-1", "a finite number >= 0"),
-    ("critic.py", "--max-length", "8", "an integer >= 32"),
-    ("policy.py", "--candidates", "1", "an integer >= 2"),
-    ("policy.py", "--candidates", "0", "an integer >= 2"),
-    ("policy.py", "--epochs", "0", "an integer >= 1"),
-    ("policy.py", "--data-fraction", "0", "a number in (0, 1]"),
-    ("policy.py", "--pairs-per-turn", "0", "an integer >= 1"),
-    ("policy.py", "--sample-batch-size", "0", "an integer >= 1"),
-    ("policy.py", "--temperature", "-0.5", "a finite number >= 0"),
-    ("policy.py", "--lr", "nan", "a finite number > 0"),
-    ("policy.py", "--beta", "0", "a finite number > 0"),
-    ("-m colbench.judge", "--candidates", "1", "an integer >= 2"),
-    ("-m colbench.warmstart", "--samples", "0", "an integer >= 1"),
-])
-def test_stages_refuse_a_bad_flag_value_at_parse_time(tmp_path, script, flag, value, allowed):
-    given = write_jsonl(tmp_path / "in.jsonl", [TIP_TASK])
-    critic_flag = ["--critic", str(tmp_path / "critic")] if "judge" in script else []  # judge requires one
-    result = run_script(*script.split(), given, "--out", str(tmp_path / "out"), *critic_flag, flag, value, check=False)
-    assert result.returncode == 2
-    assert f"error: argument {flag}: '{value}' is not {allowed}" in result.stderr and "Traceback" not in result.stderr
-    assert os.listdir(tmp_path) == ["in.jsonl"]
-
-
-def closed_port_url():
-    """The URL of a local port nothing listens on: bound, then released."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-
-
-def test_require_server_passes_a_live_server_and_refuses_a_dead_one_within_seconds(stub_server, capsys):
-    require_server("--agent", stub_server)
-    dead, start = closed_port_url(), time.monotonic()
-    with pytest.raises(SystemExit) as stopped:
-        require_server("--simulator", dead)
-    assert stopped.value.code == 2 and time.monotonic() - start < 5
-    assert f"error: --simulator {dead}: no OpenAI-compatible server answers" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("flag", ["--agent", "--simulator"])
-def test_rollout_refuses_a_dead_server_before_loading_a_model(tmp_path, tiny_model, flag):
-    tasks, dead = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK]), closed_port_url()
-    models = {"--agent": tiny_model, "--simulator": "embedded", flag: dead}
-    result = run_script("rollout.py", tasks, "--agent", models["--agent"], "--simulator", models["--simulator"],
-                        "--out", str(tmp_path / "out.jsonl"), check=False)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"error: {flag} {dead}: no OpenAI-compatible server answers" in result.stderr and "ConnectionError" in result.stderr
-    assert "forward passes" not in result.stdout  # no model was loaded
-    assert os.listdir(tmp_path) == ["tasks.jsonl"]
-
-
-def test_policy_refuses_a_dead_sampler_before_writing_anything(tmp_path):
-    scored_path = write_jsonl(tmp_path / "train.scored.jsonl", SCORED)
-    critic = tmp_path / "critic"
-    critic.mkdir()
-    (critic / "args.json").write_text("{}")
-    dead = closed_port_url()
-    result = run_script("policy.py", scored_path, "--critic", str(critic), "--sampler", dead,
-                        "--out", str(tmp_path / "p"), check=False)
-    assert result.returncode == 2 and f"error: --sampler {dead}: no OpenAI-compatible server answers" in result.stderr
-    assert "forward passes" not in result.stdout and not (tmp_path / "p").exists()
-
-
-def test_rollout_refuses_to_resume_into_a_file_that_is_not_trajectories(tmp_path, tiny_model):
-    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK])
-    wrong = tmp_path / "wrong.jsonl"
-    wrong.write_text(json.dumps(TIP_TASK) + "\n" + '{"task_id": "torn')  # a torn last line stays: nothing is cut
-    before = wrong.read_bytes()
-    result = run_script("rollout.py", tasks, "--agent", tiny_model, "--out", str(wrong), check=False)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"error: {wrong}:1: missing field 'sample_idx'" in result.stderr
-    assert wrong.read_bytes() == before and "forward passes" not in result.stdout
-
-
-def test_resume_reads_replies_that_hold_unicode_line_separators(tmp_path):
-    out = tmp_path / "traj.jsonl"
-    out.write_text(json.dumps({"task_id": "t", "sample_idx": 0, "answer": "a\u2028b"}, ensure_ascii=False) + "\n",
-                   encoding="utf-8")  # json.dumps leaves U+2028 raw: str.splitlines() would cut the line there
-    assert finished_keys(str(out)) == {("t", 0)}
-
-
-# ================================================================ colbench/report.py: the HTML page of a run
+# ======================== 9. colbench/report.py: the HTML page of a run
 
 def test_report_shades_turns_by_advantage_and_plots_the_logs(tmp_path):
     from colbench.report import write_report
@@ -1917,10 +1989,12 @@ def test_report_shades_turns_by_advantage_and_plots_the_logs(tmp_path):
                 {"role": "user", "content": "answer"}, {"role": "assistant", "content": "final code"}]
     trajectory = {"task_id": "t", "sample_idx": 0, "task": TIP_TASK, "dialogue_history": dialogue, "answer": "x",
                   "reward": 0.5, "success": False}
-    log = write_jsonl(tmp_path / "log.jsonl", [{"step": 1, "epoch": 1, "loss": 0.69}, {"step": 2, "epoch": 1, "loss": 0.5}])
+    log = write_jsonl(tmp_path / "log.jsonl",
+                      [{"step": 1, "epoch": 1, "loss": 0.69}, {"step": 2, "epoch": 1, "loss": 0.5}])
     out = tmp_path / "report.html"
-    write_report(str(out), [trajectory], [{"task_id": "t", "sample_idx": 0, "turn": 0, "advantage": -0.2},
-                                          {"task_id": "t", "sample_idx": 0, "turn": 1, "advantage": 0.1}], [("critic", log)])
+    advantages = [{"task_id": "t", "sample_idx": 0, "turn": 0, "advantage": -0.2},
+                  {"task_id": "t", "sample_idx": 0, "turn": 1, "advantage": 0.1}]
+    write_report(str(out), [trajectory], advantages, [("critic", log)])
     page = out.read_text()
     assert "A = -0.2000" in page and "A = +0.1000" in page
     assert "rgba(220,38,38,0.58)" in page and "rgba(22,163,74,0.33)" in page  # red blames, green credits, by |A|

@@ -1,8 +1,19 @@
 """ColBench: the collaborative agent benchmark of SWEET-RL (Zhou et al. 2025), rebuilt small.
 
-data.py       reading tasks and trajectories (JSONL), clear errors, output paths, resumable writing
-models.py     the embedded default model, loading any Hugging Face causal LM, chat formatting
-env.py        the interaction protocol: agent prompt, answer marker, the turn loop
-simulators.py the simulated human: embedded (offline), OpenAI-compatible URL, local model
-backend_tasks.py  the generator of the shipped backend task set (colbench/data/)
+cli.py         argument types that refuse bad values at parse time; fail() for bad input (exit 2)
+data.py        reading tasks and trajectories (JSONL) with clear errors, output paths, resumable writing
+demo.py        `make demo` / `make experiment`: the whole chain on the embedded model, one results table
+distributed.py torchrun in one place: ranks, DDP or FSDP2 wrapping, padded shares, gathers, checkpoints
+env.py         the interaction protocol: the agent's prompt, the answer marker, a dialogue's turns
+frontend.py    frontend tasks: the embedded human's page comparison, vision prompts, CLIP scoring, win rate
+judge.py       the critic as a judge of final answers, checked against the tests
+models.py      the embedded default model, loading any Hugging Face causal LM, chat formatting,
+               token log-probs, batched generation, OpenAI-compatible servers
+render.py      screenshots of HTML pages with headless chromium, offline and time-limited
+report.py      one HTML page of a run: dialogues shaded by the critic's advantages, training curves
+sandbox.py     where model-written code runs, never in the evaluator's own process
+simulators.py  the simulated human: embedded (offline), an OpenAI-compatible URL, or a local model
+stats.py       a task-level bootstrap interval and a rank correlation
+tasks/         the shipped task files and their generators (tasks/backend.py, tasks/frontend.py)
+warmstart.py   scripted dialogues that warm-start the embedded model for the demo
 """

@@ -26,8 +26,9 @@ def parse_record(line, where):
     return record
 
 
-def read_jsonl(path):
-    """Return [(line_number, record), ...] for every non-blank line; each record a JSON object."""
+def read_jsonl(path, allow_empty=False):
+    """Return [(line_number, record), ...] for every non-blank line; each record a JSON object. An
+    empty file is an error unless `allow_empty`."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file")
     rows = []
@@ -35,7 +36,7 @@ def read_jsonl(path):
         for line_number, line in enumerate(f, 1):
             if line.strip():
                 rows.append((line_number, parse_record(line, f"{path}:{line_number}")))
-    if not rows:
+    if not rows and not allow_empty:
         raise DataError(f"{path}: the file is empty")
     return rows
 

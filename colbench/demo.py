@@ -74,18 +74,21 @@ def main():
     s = SETTINGS[name]
     out = args.out or os.path.join("runs", name)
     os.makedirs(out, exist_ok=True)
-    path = lambda *parts: os.path.join(out, *parts)
+
+    def path(*parts):
+        return os.path.join(out, *parts)
+
     started = time.time()
     print(f"{name}: {json.dumps(s)} -> {out}", flush=True)
 
     # The easy training tasks, split in two: a third for the RL data, the rest for the warm start. The
     # warm start memorizes its tasks' constants, so RL data on them would not show what asking is worth.
-    training = [t for t in load_tasks("colbench/data/backend_train.jsonl") if t.get("tier") == "easy"]
+    training = [t for t in load_tasks("colbench/tasks/backend_train.jsonl") if t.get("tier") == "easy"]
     warm_tasks, rl_tasks = path("warm_tasks.jsonl"), path("train_tasks.jsonl")
     if not os.path.exists(rl_tasks):
         write_jsonl(warm_tasks, [t for i, t in enumerate(training) if i % 3])
         write_jsonl(rl_tasks, [t for i, t in enumerate(training) if i % 3 == 0][: s["rl_tasks"]])
-    test = easy_tasks("colbench/data/backend_test.jsonl", path("test_tasks.jsonl"))
+    test = easy_tasks("colbench/tasks/backend_test.jsonl", path("test_tasks.jsonl"))
     sampling = ["--max-turns", str(s["max_turns"]), "--max-new-tokens", str(s["max_new_tokens"]),
                 "--temperature", str(s["temperature"])]
 
@@ -111,7 +114,8 @@ def main():
     for method in s["methods"]:
         critic = "critic_no_normalize" if method == "sweet-no-normalize" else "critic_reference"
         run("policy.py", path("train.scored.jsonl"), "--model", path("warm"),
-            "--method", method.replace("-no-normalize", ""), "--critic", path(critic), "--out", path(f"policy_{method}"),
+            "--method", method.replace("-no-normalize", ""), "--critic", path(critic),
+            "--out", path(f"policy_{method}"),
             "--candidates", str(s["candidates"]), "--pairs-per-turn", str(s["pairs_per_turn"]),
             "--data-fraction", str(s["data_fraction"]), "--lr", str(s["policy_lr"]), *sampling,
             done_when=path(f"policy_{method}", "config.json"))
@@ -139,9 +143,19 @@ def main():
     print(f"\n{name} finished in {results['minutes']:.1f} min; everything is in {out}/\n\n{text}")
 
 
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def success_rate(outcomes, task_ids):
+    """The mean success of the dialogues ({(task_id, sample_idx): success}) of these tasks; 0 if none."""
+    kept = [success for (task_id, _), success in outcomes.items() if task_id in task_ids]
+    return sum(kept) / max(1, len(kept))
+
+
 def collect(out, agents, critics, minutes):
     """results.json: the numbers of the table, read back from the files the stages wrote."""
-    read = lambda *parts: json.load(open(os.path.join(out, *parts)))
     train_families = {t["family"] for t in load_tasks(os.path.join(out, "warm_tasks.jsonl"))}
     outcomes = {}  # method -> {(task_id, sample_idx): success}
     for method in agents:
@@ -149,16 +163,16 @@ def collect(out, agents, critics, minutes):
                             for t in load_trajectories(os.path.join(out, f"test_{method}.scored.jsonl"))}
     tasks = {t["task_id"]: t for t in load_tasks(os.path.join(out, "test_tasks.jsonl"))}
     seen = {task_id for task_id, t in tasks.items() if t["family"] in train_families}
-    rate = lambda method, keep: (sum(v for (task_id, _), v in outcomes[method].items() if keep(task_id))
-                                 / max(1, sum(1 for task_id, _ in outcomes[method] if keep(task_id))))
+    unseen = set(tasks) - seen
     results = {"minutes": round(minutes, 1),
                "starting_policy": "the embedded SmolLM2-135M after the warm start (colbench/warmstart.py)",
                "test_dialogues": {m: len(outcomes[m]) for m in agents},
-               "test_tasks": {"all": len(tasks), "trained_families": len(seen), "test_only_families": len(tasks) - len(seen)},
-               "success_rate": {m: rate(m, lambda task_id: True) for m in agents},
-               "success_rate_trained_families": {m: rate(m, lambda task_id: task_id in seen) for m in agents},
-               "success_rate_test_only_families": {m: rate(m, lambda task_id: task_id not in seen) for m in agents},
-               "tests_passed": {m: read(f"test_{m}.summary.json")["mean_tests_passed_pct"] / 100 for m in agents}}
+               "test_tasks": {"all": len(tasks), "trained_families": len(seen), "test_only_families": len(unseen)},
+               "success_rate": {m: success_rate(outcomes[m], set(tasks)) for m in agents},
+               "success_rate_trained_families": {m: success_rate(outcomes[m], seen) for m in agents},
+               "success_rate_test_only_families": {m: success_rate(outcomes[m], unseen) for m in agents},
+               "tests_passed": {m: read_json(os.path.join(out, f"test_{m}.summary.json"))["mean_tests_passed_pct"] / 100
+                                for m in agents}}
     for method in agents:
         if method == "zero-shot":
             continue
@@ -170,21 +184,25 @@ def collect(out, agents, critics, minutes):
         results[label] = list(bootstrap_mean_ci(difference))
     results["critic"] = {}
     for critic in critics:
-        metrics = read(f"critic_{critic}", "metrics.json")
-        results["critic"][critic] = {"pair_accuracy": metrics["after"].get("pair_accuracy"), "pairs": metrics["eval_pairs"],
-                                     "ci95": metrics["after"].get("pair_accuracy_ci95"),
+        metrics = read_json(os.path.join(out, f"critic_{critic}", "metrics.json"))
+        results["critic"][critic] = {"pair_accuracy": metrics["after"].get("pair_accuracy"),
+                                     "pairs": metrics["eval_pairs"], "ci95": metrics["after"].get("pair_accuracy_ci95"),
                                      "tasks": metrics["eval_tasks"]}
-    judge = read("judge", "judge.json")
+    judge = read_json(os.path.join(out, "judge", "judge.json"))
     results["best_of_n"] = {"reference": judge["critic_reference"], "no_reference": judge["critic_no_reference"],
                             "states": judge["states"], "candidates": judge["candidates"]}
     return results
 
 
+def pct(fraction):
+    return f"{100 * fraction:.1f}"
+
+
 def table(r):
     """The closing table, as Markdown."""
-    pct = lambda x: f"{100 * x:.1f}"
-    lines = [f"held-out test tasks: {r['test_tasks']['all']} ({r['test_tasks']['trained_families']} of trained families, "
-             f"{r['test_tasks']['test_only_families']} of test-only families)", "",
+    tasks = r["test_tasks"]
+    lines = [f"held-out test tasks: {tasks['all']} ({tasks['trained_families']} of trained families, "
+             f"{tasks['test_only_families']} of test-only families)", "",
              "| agent | dialogues | % tests passed | success % | trained families | test-only families |",
              "|---|---|---|---|---|---|"]
     for m in r["success_rate"]:
@@ -205,7 +223,8 @@ def table(r):
         accuracy = f"{c['pair_accuracy']:.3f}" if c["pair_accuracy"] is not None else "-"
         lines.append(f"| {names[critic]} | {accuracy} | {ci} | {c['pairs']} | {c['tasks']} |")
     b = r["best_of_n"]
-    lines += ["", f"critic as judge: {b['states']} held-out turn states, {b['candidates']} final answers, tests run on each",
+    lines += ["", f"critic as judge: {b['states']} held-out turn states, {b['candidates']} final answers, "
+                  "tests run on each",
               "| critic | % tests passed, critic's pick | random pick | rank correlation |", "|---|---|---|---|"]
     for critic in ("reference", "no_reference"):
         q = b[critic]

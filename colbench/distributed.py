@@ -7,6 +7,7 @@ A plain `python critic.py ...` is rank 0 of 1: nothing here then communicates (g
 tensors to the CPU).
 """
 import contextlib
+import math
 import os
 import sys
 
@@ -65,8 +66,10 @@ def wrap(model, fsdp=False, dtype=torch.float32):
         return model
     if not fsdp:
         return DistributedDataParallel(model)
-    bf16 = dtype == torch.bfloat16
-    precision = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    if dtype == torch.bfloat16:
+        precision = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    else:
+        precision = MixedPrecisionPolicy()
     for layer in model.model.layers:
         fully_shard(layer, mp_policy=precision)
     # The root frees its gathered weights after each forward too (FSDP's default keeps them for the backward):
@@ -86,7 +89,7 @@ def shard(items, rank, world):
     """This rank's share of `items`, padded so every rank runs the same number of passes (DDP's
     backward and every FSDP forward need all ranks): [(item, weight)], weight 0 for the padding."""
     mine = [(item, 1.0) for item in items[rank::world]]
-    rounds = -(-len(items) // world)
+    rounds = math.ceil(len(items) / world)  # passes per rank
     return mine + [(items[0], 0.0)] * (rounds - len(mine))
 
 

@@ -205,6 +205,10 @@ def quoted(names):
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def sections(names):
+    return "section" if len(names) == 1 else "sections"
+
+
 def differences(reference_page, reference_image, agent_page, agent_image):
     """[(weight, sentence), ...] of how the agent's page differs from the reference, heaviest first."""
     want, have = page_features(reference_page), page_features(agent_page)
@@ -232,16 +236,18 @@ def differences(reference_page, reference_image, agent_page, agent_image):
                       if want["sidebar"] else "I don't want a sidebar: the content should run across the page."))
     for edge, where, weight in (("top", "The band across the top", 0.7), ("left", "The left side", 0.6)):
         # Only a band of its own color (a header, a sidebar); a band of background color was covered above.
-        if max(color_distance(want_px[edge], want_px["background"]), color_distance(have_px[edge], have_px["background"])) > 120:
+        wanted_band = color_distance(want_px[edge], want_px["background"])
+        proposed_band = color_distance(have_px[edge], have_px["background"])
+        if max(wanted_band, proposed_band) > 120:
             color_difference(weight, where, want_px[edge], have_px[edge])
     missing = missing_from(want["sections"], have["sections"])
     if missing:
-        found.append((0.55 + 0.05 * len(missing), f"You're missing the section{'s' * (len(missing) > 1)} "
-                      f"{quoted(missing)}."))
+        found.append((0.55 + 0.05 * len(missing), f"You're missing the {sections(missing)} {quoted(missing)}."))
     extra = missing_from(have["sections"], want["sections"])
     if extra and have["sections"]:
-        found.append((0.35, f"I don't need the section{'s' * (len(extra) > 1)} {quoted(extra[:3])}."))
-    if not missing and want["sections"] and have["sections"] != want["sections"] and len(have["sections"]) == len(want["sections"]):
+        found.append((0.35, f"I don't need the {sections(extra)} {quoted(extra[:3])}."))
+    reordered = have["sections"] != want["sections"] and len(have["sections"]) == len(want["sections"])
+    if not missing and want["sections"] and reordered:
         found.append((0.3, f"The sections should come in this order: {quoted(want['sections'])}."))
     if want["card_grid"] and not have["card_grid"]:
         found.append((0.5, "Some content should be laid out as a grid of cards, three to a row."))
@@ -286,7 +292,8 @@ important differences between the two pages (background and text colors, layout,
 or extra sections, sizes), most visible first. If the assistant asked a question, answer it from the page \
 you have in mind. Never write HTML or CSS."""
 SECOND_IMAGE = "The second image is the page the assistant proposed in its latest message."
-NO_SECOND_IMAGE = "The assistant did not propose a page in its latest message: tell it so, then describe what matters most about yours."
+NO_SECOND_IMAGE = ("The assistant did not propose a page in its latest message: tell it so, then describe what "
+                   "matters most about yours.")
 
 
 def data_url(image):

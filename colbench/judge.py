@@ -1,7 +1,7 @@
 """The critic as a step-level judge, checked where the tests can check it.
 
     python -m colbench.judge runs/demo/train.scored.jsonl --model runs/demo/warm \
-        --critic runs/demo/critic --critic runs/demo/critic_no_reference --out runs/demo/judge
+        --critic runs/demo/critic_reference --critic runs/demo/critic_no_reference --out runs/demo/judge
 
 For turn states of the tasks a critic held out (its metrics.json names them), sample candidate
 replies from the policy; keep the candidates that are final answers (the answer marker, or the
@@ -41,7 +41,8 @@ def main():
     parser.add_argument("--max-turns", type=positive_int, default=3, help="the rollouts' turn budget")
     parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens per sampled reply at most")
     parser.add_argument("--temperature", type=non_negative_float, default=0.7, help="sampling temperature")
-    parser.add_argument("--sample-batch-size", type=positive_int, default=16, help="sequences per batched generate call")
+    parser.add_argument("--sample-batch-size", type=positive_int, default=16,
+                        help="sequences per batched generate call")
     parser.add_argument("--dtype", default="auto", choices=DTYPES, help="sampling and scoring precision")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for the states and the sampling")
     args = parser.parse_args()
@@ -77,9 +78,11 @@ def main():
         for k, reply in enumerate(replies):
             if ANSWER_MARKER in reply or last_turn:
                 rows.append({"task_id": trajectory["task_id"], "sample_idx": s * args.candidates + k,
-                             "state": s, "task": trajectory["task"], "answer": extract_answer(trajectory["task"], reply),
+                             "state": s, "task": trajectory["task"],
+                             "answer": extract_answer(trajectory["task"], reply),
                              "dialogue_history": history + [{"role": "assistant", "content": reply}]})
-    candidates_path, scored_path = os.path.join(args.out, "candidates.traj.jsonl"), os.path.join(args.out, "candidates.scored.jsonl")
+    candidates_path = os.path.join(args.out, "candidates.traj.jsonl")
+    scored_path = os.path.join(args.out, "candidates.scored.jsonl")
     write_jsonl(candidates_path, rows)
     subprocess.run([sys.executable, "evaluate.py", candidates_path, "--out", scored_path], check=True)
     by_state = {}

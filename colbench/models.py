@@ -2,7 +2,8 @@
 
 One definition each of: where the embedded model lives, how a model is loaded, how messages
 become a prompt (the tokenizer's own chat template), how a batch is generated, how token
-log-probs are gathered. Every stage imports these.
+log-probs are computed (`sequence_logps`, the plain way; `shared_prefix_logps`, the same numbers
+with a shared prefix encoded once). Every stage imports these.
 """
 import concurrent.futures
 import importlib.util
@@ -165,24 +166,42 @@ def token_logps(model, input_ids, attention_mask, past_key_values=None):
     return (logits.gather(-1, targets) - logits.logsumexp(-1, keepdim=True)).squeeze(-1)
 
 
+def padded_batch(sequences, device, cached=0):
+    """Id lists as one right-padded batch: (input_ids, attention_mask), [n, longest] each. The mask
+    comes from the lengths, so the padding id never matters; `cached` tokens of a KV cache precede
+    every row."""
+    longest = max(len(ids) for ids in sequences)
+    input_ids = torch.tensor([ids + [0] * (longest - len(ids)) for ids in sequences], device=device)
+    attention_mask = torch.tensor([[1] * (cached + len(ids)) + [0] * (longest - len(ids)) for ids in sequences],
+                                  device=device)
+    return input_ids, attention_mask
+
+
+def sequence_logps(model, sequences):
+    """Token log-probs of id lists, the plain way (the definition): pad, one forward pass, each row cut
+    to its own length. A [len - 1] tensor per sequence, entry i - 1 being log p(token i | the tokens
+    before it); a turn's log-prob is the sum over its span."""
+    input_ids, attention_mask = padded_batch(sequences, next(model.parameters()).device)
+    logps = token_logps(model, input_ids, attention_mask)  # [n, longest - 1]
+    return [row[: len(ids) - 1] for row, ids in zip(logps, sequences)]
+
+
 def shared_prefix_logps(model, sequences, scored_from):
-    """Token log-probs of id lists that begin alike, their common prefix encoded once: its KV cache
-    serves every sequence (gradients flow through it). Tokens from index `scored_from` on are always
-    scored. Returns ([n, longest - 1] log-probs, shared): column j of row i is
-    log p(token shared + j of sequence i | the tokens before it)."""
+    """sequence_logps of id lists that begin alike, the fast way: their common prefix is encoded once
+    and its KV cache serves every sequence (gradients flow through it). Tokens from index
+    `scored_from` on are always scored; entries of the shared tokens before it are zeros. Returns
+    (the [len - 1] tensors, how many tokens were shared)."""
     shared = min(scored_from, *(len(ids) - 1 for ids in sequences))
     while any(ids[:shared] != sequences[0][:shared] for ids in sequences):
         shared -= 1  # a tokenizer may merge across the boundary: share only identical tokens
     prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
-    continuations = [ids[shared - 1:] for ids in sequences]
-    longest = max(len(ids) for ids in continuations)
     device = next(model.parameters()).device
-    input_ids = torch.tensor([ids + [0] * (longest - len(ids)) for ids in continuations], device=device)
-    attention_mask = torch.tensor([[1] * (len(prefix) + len(ids)) + [0] * (longest - len(ids))
-                                   for ids in continuations], device=device)  # right padding, from the lengths
     cache = model(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values
     cache.batch_repeat_interleave(len(sequences))
-    return token_logps(model, input_ids, attention_mask, past_key_values=cache), shared
+    input_ids, attention_mask = padded_batch([ids[shared - 1:] for ids in sequences], device, cached=len(prefix))
+    logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # column j: token shared + j
+    skipped = logps.new_zeros(shared - 1)
+    return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)], shared
 
 
 # ---------------------------------------------------------------- chatting: one interface, two backends
@@ -319,9 +338,11 @@ class EndpointChat:
         return [Reply(text.strip(), prompt, self.count_tokens(text)) for text in texts]
 
     def chat(self, conversations, max_new_tokens=256, temperature=1.0):
+        def reply(messages):
+            return self.complete(plain_messages(messages), max_new_tokens, temperature)[0]
+
         with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
-            return list(pool.map(lambda messages: self.complete(plain_messages(messages), max_new_tokens, temperature)[0],
-                                 conversations))
+            return list(pool.map(reply, conversations))
 
     def sample(self, conversations, n, max_new_tokens=256, temperature=1.0):
         """n replies to each conversation, the conversations concurrently: one request asks for all n;

@@ -10,15 +10,9 @@ No network, no scripts: it opens from disk on a projector.
 """
 import argparse
 import html
-import json
 import os
 
-from colbench.data import load_trajectories
-
-
-def read_lines(path):
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+from colbench.data import load_trajectories, read_jsonl
 
 
 def svg_plot(points, title, width=360, height=160):
@@ -29,23 +23,33 @@ def svg_plot(points, title, width=360, height=160):
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
     y1 = y1 if y1 > y0 else y0 + 1e-9
     pad = 30
-    scale = lambda x, y: (pad + (x - x0) / ((x1 - x0) or 1) * (width - 2 * pad),
-                          height - pad - (y - y0) / (y1 - y0) * (height - 2 * pad))
+
+    def scale(x, y):  # a point's place in the plot area
+        return (pad + (x - x0) / ((x1 - x0) or 1) * (width - 2 * pad),
+                height - pad - (y - y0) / (y1 - y0) * (height - 2 * pad))
+
     line = " ".join(f"{a:.1f},{b:.1f}" for a, b in (scale(x, y) for x, y in points))
     return (f"<div class='plot'><b>{html.escape(title)}</b><svg width='{width}' height='{height}'>"
-            f"<rect x='{pad}' y='{pad}' width='{width - 2 * pad}' height='{height - 2 * pad}' fill='#fafafa' stroke='#ccc'/>"
+            f"<rect x='{pad}' y='{pad}' width='{width - 2 * pad}' height='{height - 2 * pad}' "
+            "fill='#fafafa' stroke='#ccc'/>"
             f"<polyline points='{line}' fill='none' stroke='#2563eb' stroke-width='2'/>"
-            f"<text x='2' y='{pad + 4}' font-size='11'>{y1:.3g}</text><text x='2' y='{height - pad}' font-size='11'>{y0:.3g}</text>"
+            f"<text x='2' y='{pad + 4}' font-size='11'>{y1:.3g}</text>"
+            f"<text x='2' y='{height - pad}' font-size='11'>{y0:.3g}</text>"
             f"<text x='{pad}' y='{height - 8}' font-size='11'>step {x0}</text>"
             f"<text x='{width - pad - 40}' y='{height - 8}' font-size='11'>step {x1}</text></svg></div>")
 
 
 def curves(log_path, label):
     """Plots of every numeric field of a training log (one JSON line per step)."""
-    rows = read_lines(log_path)
-    fields = [k for k in rows[0] if k not in ("step", "epoch") and isinstance(rows[0][k], (int, float))] if rows else []
-    return "".join(svg_plot([(r.get("step", i), r[k]) for i, r in enumerate(rows) if isinstance(r.get(k), (int, float))],
-                            f"{label}: {k}") for k in fields)
+    rows = [record for _, record in read_jsonl(log_path, allow_empty=True)]
+    if not rows:
+        return ""
+    fields = [k for k in rows[0] if k not in ("step", "epoch") and isinstance(rows[0][k], (int, float))]
+    plots = []
+    for k in fields:
+        points = [(r.get("step", i), r[k]) for i, r in enumerate(rows) if isinstance(r.get(k), (int, float))]
+        plots.append(svg_plot(points, f"{label}: {k}"))
+    return "".join(plots)
 
 
 def shade(advantage, scale):
@@ -73,9 +77,12 @@ def dialogue_html(trajectory, advantages, scale):
     return f"<section>{head}{''.join(turns)}</section>"
 
 
-STYLE = """body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em}pre{white-space:pre-wrap;margin:.3em 0;font-size:14px}
-.turn{border:1px solid #ddd;border-radius:6px;padding:.4em .7em;margin:.3em 0}.user{margin-right:15%}.assistant{margin-left:15%}
-.adv{float:right;font-family:monospace}.plot{display:inline-block;margin:.5em}section{border-top:2px solid #333;margin-top:1.5em}"""
+STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em}"
+         "pre{white-space:pre-wrap;margin:.3em 0;font-size:14px}\n"
+         ".turn{border:1px solid #ddd;border-radius:6px;padding:.4em .7em;margin:.3em 0}"
+         ".user{margin-right:15%}.assistant{margin-left:15%}\n"
+         ".adv{float:right;font-family:monospace}.plot{display:inline-block;margin:.5em}"
+         "section{border-top:2px solid #333;margin-top:1.5em}")
 
 
 def write_report(out, trajectories, advantage_rows=(), logs=(), max_dialogues=40):
@@ -109,7 +116,7 @@ def main():
     args = parser.parse_args()
     advantage_rows, logs = [], []
     if args.critic and os.path.exists(os.path.join(args.critic, "advantages.jsonl")):
-        advantage_rows = read_lines(os.path.join(args.critic, "advantages.jsonl"))
+        advantage_rows = [row for _, row in read_jsonl(os.path.join(args.critic, "advantages.jsonl"), allow_empty=True)]
     for label, folder in (("critic", args.critic), ("policy", args.policy)):
         if folder and os.path.exists(os.path.join(folder, "log.jsonl")):
             logs.append((label, os.path.join(folder, "log.jsonl")))

@@ -1,9 +1,12 @@
 """The sandbox: model-written Python runs here, never in the evaluator's own process.
 
 `Sandbox(timeout).run(code, calls)` runs `code` once per test call and returns each call's
-return value as plain data (built-in types only). It does not decide pass or fail: the
-evaluator compares the values itself (see evaluate.py). The README's sandbox section says what it
-protects against and what it does not; it is not a virtual machine.
+return value as plain data (`None`, `bool`, `int`, `float`, `complex`, `str`, `bytes`, `bytearray`,
+`list`, `tuple`, `dict`, `set`, `frozenset`, with type tags). It does not decide pass or fail: the
+evaluator compares the values itself with `==` (see evaluate.py); a program never reports its own
+verdict. evaluate.py runs model-written code, and the tasks' reference solutions, only here, never
+in its own process. What the sandbox protects against and what it does not is set out at the end
+of this docstring: it is not a virtual machine.
 
 Processes, per evaluator worker (this file run as a script is the runner):
 
@@ -25,6 +28,79 @@ The places anyone may write (/tmp, /var/tmp, /dev/shm) are, in the mount namespa
 size-capped tmpfs for each job, unmounted after it: what a program wrote there is gone before the
 next program runs, and with the runner. Without a mount namespace, what the programs' user owns
 there is removed after each job instead.
+
+What it does
+- Separate processes. One long-lived runner per worker (`--workers`, default: the number
+  of cores). Each test call of each program runs in a fresh forked process, so a test that hangs
+  or crashes costs only that test: the others still get their credit.
+- Time. Each test has a wall-clock limit (`--timeout`, default 1 s, as in the official
+  evaluator), then its whole process group is killed (SIGKILL: ignoring SIGALRM or SIGTERM does
+  not help). RLIMIT_CPU is a backstop. Up to 4 tests of a program run at once, so a program
+  that hangs on every test costs about one timeout, not one per test.
+- A fresh namespace per runner, where the system allows it (as root, or with unprivileged
+  user namespaces): a new network namespace with no interface up, loopback included, so no
+  connection goes anywhere; a new PID namespace, so a program sees and can signal only its
+  own processes, and after each program everything it left behind (forked children, `setsid`
+  escapees, `os.system('... &')`) is killed; a new mount namespace, where each program gets
+  its own fresh tmpfs over `/tmp`, `/var/tmp` and `/dev/shm`, 64 MB each (and 16384 files), the
+  total it may write there. It is unmounted after the program, so the next program on the same
+  runner finds them empty, and nothing written there outlives the program or takes memory after
+  it; the evaluator's own mounts are untouched. Programs hold no capability there, so they
+  cannot unmount it. `evaluate.py` prints which of these it got (`private /tmp,/var/tmp,/dev/shm
+  ON (tmpfs, 64 MB each)`).
+- An unprivileged user. When the evaluator runs as root, programs run as a user id of their
+  own per runner (2130706432 + the runner's PID, no account, no groups), so they cannot write or
+  delete the project's files or the evaluator's outputs, cannot signal the evaluator, and one
+  runner's fork bomb does not use up the process limit of another.
+- Resource limits per test process: address space 512 MB (a runaway allocation ends in
+  `MemoryError`: "out of memory"), 32 processes/threads per user, files at most 16 MB,
+  256 open files, no core dumps.
+- A fresh temporary directory per program (in its private `/tmp`) as its working directory,
+  `HOME` and `TMPDIR`, removed afterwards; without a mount namespace, the folders a killed
+  evaluator left behind (`/tmp/colbench-sandbox-<runner PID>-*`) are removed by the next runner
+  that starts; a minimal environment (none of the evaluator's variables); stdin is
+  `/dev/null`; stdout and stderr go to a pipe that is drained and kept only up to 4 KB, so
+  printing megabytes neither blocks nor floods anything.
+- Results on a private pipe. A test's return value travels on a pipe of its own, framed
+  with its length; what a program prints, including fake "results", is just output. Return
+  values are written out by code holding its own references to the built-ins, so replacing
+  `builtins.type` or `json.dumps` changes nothing. A subclass of a built-in type is converted to
+  the built-in (an `int` whose `__eq__` always says True comes back as a plain `int`); any other
+  object cannot be sent back and counts as a wrong output.
+- Nothing outlives the evaluator. The runner dies with the evaluator (PR_SET_PDEATHSIG), the
+  namespace's PID 1 dies with the runner, and the kernel then kills everything in the namespace.
+  A job that overruns its wall-clock backstop gets its runner's whole process group killed.
+
+What it does not protect against (it is not a virtual machine)
+- The kernel is shared. A kernel exploit escapes. There is no seccomp filter: every system
+  call is allowed.
+- The file system is the host's. A program can read every world-readable file, including the
+  project and any world-readable task file with the reference solutions (a program that reads
+  the reference can pass its tests; score untrusted models with the task files unreadable to
+  other users). It can write only in its private `/tmp`, `/var/tmp` and `/dev/shm` (see above)
+  and in other world-writable places, if the system has any.
+- Without a mount namespace (e.g. a container without `CAP_SYS_ADMIN`), programs write into
+  the host's `/tmp`, `/var/tmp` and `/dev/shm`, and what their user id owns there is removed
+  after each program (`OFF: cleaned after each program`): there is then no total cap beyond
+  16 MB per file while a program runs, and a program's files are visible to programs of other
+  runners until then. Without root as well, programs have no user id of their own to find their
+  files by, and nothing but the working folder is cleaned (`OFF: not cleaned`).
+- Memory is limited per process, not in total: up to 32 processes of 512 MB each per
+  runner, and the private tmpfs (3 × 64 MB per runner). Use a cgroup (e.g. `systemd-run --scope
+  -p MemoryMax=8G python evaluate.py ...`) on a shared machine.
+- Timing is wall-clock, as in the official evaluator. With `--workers` equal to the number
+  of cores and 4 tests at once, a test gets at least a quarter of a core on a fully busy
+  evaluator, so a correct program that needs more than a quarter of the timeout in CPU time may
+  time out while hanging programs run beside it. Lower `--workers` or raise `--timeout` for slow
+  reference solutions.
+- Without root and without unprivileged user namespaces there is no network, PID or mount
+  namespace and no user switch: programs run as the evaluator's user, can reach the network,
+  can read, write and delete what the evaluator can, and can signal it; only the resource
+  limits, process groups and timeouts remain. `evaluate.py` prints `network namespace OFF` /
+  `PID namespace OFF` in that case. Do not score untrusted code that way.
+- Imports. Programs can import what the runner preloaded (most of the standard library a
+  function might use) and whatever their user can read; as root on a machine where Python lives
+  under `/root`, nothing else.
 """
 import json
 import math

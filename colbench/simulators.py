@@ -61,8 +61,8 @@ def facts_from_code(source):
               and isinstance(node.left, ast.Name) and isinstance(node.comparators[0], ast.Constant)):
             facts.append(f"Something special happens when {node.left.id.replace('_', ' ')} is "
                          f"{ops[type(node.ops[0])]} {node.comparators[0].value!r}.")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool) \
-                and node.value not in (0, 1):
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, (int, float))
+              and not isinstance(node.value, bool) and node.value not in (0, 1)):
             facts.append(f"The number {node.value} matters in the calculation.")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip():
             facts.append(f"The text {node.value!r} appears in the result.")

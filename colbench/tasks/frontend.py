@@ -1,7 +1,7 @@
 """The shipped frontend (web design) tasks of ColBench, generated from small templates.
 
-    python -m colbench.frontend_tasks              # rewrites colbench/data/frontend_{train,test}.jsonl
-    python -m colbench.frontend_tasks --out DIR    # writes the two files into DIR instead
+    python -m colbench.tasks.frontend              # rewrites colbench/tasks/frontend_{train,test}.jsonl
+    python -m colbench.tasks.frontend --out DIR    # writes the two files into DIR instead
 
 The output is byte-identical on every run: every draw comes from a `random.Random` seeded with
 `--seed`, the split and the task's number, never from the clock.
@@ -20,6 +20,7 @@ import os
 import random
 
 from colbench.data import write_jsonl
+from colbench.tasks import FOLDER
 
 SEED = 2503
 N_TRAIN, N_TEST = 120, 40
@@ -45,7 +46,8 @@ FONTS = ["Georgia, serif", "Arial, Helvetica, sans-serif", "'Trebuchet MS', sans
          "'Courier New', monospace", "'Palatino Linotype', Palatino, serif"]
 LAYOUTS = ["single", "hero", "sidebar", "cards"]
 # The navigations that fit each layout (links beside the title need a header bar; a sidebar holds its own).
-NAV_STYLES = {"single": ["bar", "centered", "pills", "beside", "none"], "cards": ["bar", "centered", "pills", "beside", "none"],
+NAV_STYLES = {"single": ["bar", "centered", "pills", "beside", "none"],
+              "cards": ["bar", "centered", "pills", "beside", "none"],
               "hero": ["bar", "pills", "none"], "sidebar": ["side"]}
 
 PEOPLE = ["Maria Lopez", "James Carter", "Aiko Tanaka", "Omar Haddad", "Lena Fischer", "Priya Nair", "Tom Becker",
@@ -76,7 +78,8 @@ SITES = {
         items=[("Family Law", "Divorce, custody and adoption"), ("Business Law", "Contracts and company setup"),
                ("Real Estate", "Buying, selling and leases"), ("Wills & Estates", "Planning for the future"),
                ("Employment", "Disputes and agreements")],
-        items_titles=["Practice Areas", "How We Help", "Our Services"], roles=["Senior Partner", "Partner", "Paralegal"],
+        items_titles=["Practice Areas", "How We Help", "Our Services"],
+        roles=["Senior Partner", "Partner", "Paralegal"],
         events=["Free legal clinic", "Estate planning seminar", "Small business Q&A"],
         sections=["about", "items", "team", "testimonials", "contact", "faq"]),
     "hiking club": dict(
@@ -92,7 +95,8 @@ SITES = {
         names=["Bright Smile Dental", "Gentle Care Dentistry", "Pearl Dental Studio", "Riverside Dental"],
         what="dental clinic",
         blurb="Modern, gentle dental care for the whole family, with evening appointments available.",
-        items=[("Check-ups", "Exams and cleaning"), ("Whitening", "A brighter smile"), ("Braces", "For kids and adults"),
+        items=[("Check-ups", "Exams and cleaning"), ("Whitening", "A brighter smile"),
+               ("Braces", "For kids and adults"),
                ("Implants", "Permanent replacements"), ("Emergency Care", "Same-day visits")],
         items_titles=["Treatments", "Our Services", "What We Offer"], roles=["Dentist", "Hygienist", "Receptionist"],
         events=["Open day", "Free kids check-up week"],
@@ -108,7 +112,8 @@ SITES = {
     "bookstore": dict(
         names=["Paper Lantern Books", "The Reading Nook", "Chapter One", "Owl & Ink Books"], what="bookstore",
         blurb="An independent bookshop with new and second-hand books, a children's corner and good coffee.",
-        items=[("New Releases", "Fresh off the press"), ("Used Books", "Hidden treasures"), ("Children", "Picture books and more"),
+        items=[("New Releases", "Fresh off the press"), ("Used Books", "Hidden treasures"),
+               ("Children", "Picture books and more"),
                ("Book Club", "Meets monthly"), ("Gift Cards", "For every reader")],
         items_titles=["In the Shop", "What You'll Find", "Browse"], roles=["Owner", "Bookseller", "Events Host"],
         events=["Author reading", "Poetry night", "Kids' story hour"],
@@ -134,7 +139,8 @@ SITES = {
         what="music festival",
         blurb="Three days of live music on four stages by the water, with food trucks and camping.",
         items=[("Main Stage", "Headline acts every night"), ("Jazz Tent", "Late night sessions"),
-               ("Folk Corner", "Acoustic sets"), ("Kids Zone", "Music for little ones"), ("Food Court", "Twenty food trucks")],
+               ("Folk Corner", "Acoustic sets"), ("Kids Zone", "Music for little ones"),
+               ("Food Court", "Twenty food trucks")],
         items_titles=["Line-up", "Stages", "At the Festival"], roles=["Festival Director", "Booker", "Volunteer Lead"],
         events=["Opening night", "Headliner show", "Closing party"],
         sections=["about", "items", "events", "pricing", "faq", "contact"]),
@@ -142,13 +148,16 @@ SITES = {
         names=["Happy Paws Rescue", "Second Chance Shelter", "Whisker Haven", "Safe Harbor Animal Rescue"],
         what="animal shelter",
         blurb="We rescue cats and dogs, care for them and help them find loving new homes.",
-        items=[("Adopt", "Meet our animals"), ("Foster", "Give a temporary home"), ("Volunteer", "Walk dogs, cuddle cats"),
+        items=[("Adopt", "Meet our animals"), ("Foster", "Give a temporary home"),
+               ("Volunteer", "Walk dogs, cuddle cats"),
                ("Donate", "Food, blankets, funds"), ("Lost & Found", "Reunite pets")],
-        items_titles=["How to Help", "Get Involved", "Ways to Help"], roles=["Shelter Manager", "Vet Nurse", "Volunteer Coordinator"],
+        items_titles=["How to Help", "Get Involved", "Ways to Help"],
+        roles=["Shelter Manager", "Vet Nurse", "Volunteer Coordinator"],
         events=["Adoption day", "Charity dog walk", "Pet photo day"],
         sections=["about", "items", "events", "hours", "contact", "testimonials"]),
     "plumbing company": dict(
-        names=["FlowRight Plumbing", "Pipe Pros", "Clearwater Plumbing", "Steady Drip Repairs"], what="plumbing company",
+        names=["FlowRight Plumbing", "Pipe Pros", "Clearwater Plumbing", "Steady Drip Repairs"],
+        what="plumbing company",
         blurb="Fast, friendly plumbers available day and night, with fair prices and no surprises.",
         items=[("Leak Repair", "From $80"), ("Drain Cleaning", "From $95"), ("Boiler Service", "From $120"),
                ("Bathroom Fitting", "Free quote"), ("Emergency Call-out", "24/7")],
@@ -158,7 +167,8 @@ SITES = {
     "tech startup": dict(
         names=["Nimbus Notes", "Pixelcraft", "TaskPilot", "Loopwise"], what="software startup",
         blurb="A simple app that keeps your team's notes, tasks and plans in one tidy place.",
-        items=[("Shared Notes", "Write together"), ("Task Boards", "See what's next"), ("Calendar Sync", "Never miss a date"),
+        items=[("Shared Notes", "Write together"), ("Task Boards", "See what's next"),
+               ("Calendar Sync", "Never miss a date"),
                ("Offline Mode", "Works anywhere"), ("Integrations", "Connect your tools")],
         items_titles=["Features", "Why Teams Love It", "What It Does"], roles=["CEO", "CTO", "Head of Design"],
         events=["Product launch webinar", "Community meetup"],
@@ -174,9 +184,11 @@ SITES = {
     "fitness gym": dict(
         names=["Iron Works Gym", "Peak Fitness", "Core Strength Club", "Pulse Athletics"], what="gym",
         blurb="Open early and late, with friendly coaches, modern equipment and classes for every level.",
-        items=[("Strength", "Free weights and racks"), ("Cardio", "Bikes, rowers, treadmills"), ("HIIT Classes", "Fast and intense"),
+        items=[("Strength", "Free weights and racks"), ("Cardio", "Bikes, rowers, treadmills"),
+               ("HIIT Classes", "Fast and intense"),
                ("Personal Training", "One-on-one coaching"), ("Sauna", "Relax after training")],
-        items_titles=["Facilities", "What We Offer", "Training"], roles=["Head Coach", "Personal Trainer", "Front Desk"],
+        items_titles=["Facilities", "What We Offer", "Training"],
+        roles=["Head Coach", "Personal Trainer", "Front Desk"],
         events=["Summer fitness challenge", "Free trial week"],
         sections=["about", "items", "pricing", "hours", "team", "contact"]),
 }
@@ -225,11 +237,13 @@ def draw_page(rng):
         sections.insert(0, "about")
     titles = {s: rng.choice(site["items_titles"] if s == "items" else OPTIONAL_TITLES[s]) for s in sections}
     links = ["Home"] + [titles[s] for s in sections][:4]
-    tagline = rng.choice(["Since 19%d" % rng.randint(70, 99), "Made with care", "Welcome!", f"Proudly serving {rng.choice(TOWNS)}",
+    tagline = rng.choice(["Since 19%d" % rng.randint(70, 99), "Made with care", "Welcome!",
+                          f"Proudly serving {rng.choice(TOWNS)}",
                           f"Your local {site['what']}", "Open to everyone"])
     choices = dict(site=kind, palette=palette, layout=layout, nav=nav_style, font=font, sections=sections)
 
-    css = [f"body{{margin:0;background:{bg};color:{text};font-family:{font};font-size:{rng.choice([15, 16, 17, 18])}px;line-height:1.5}}",
+    css = [f"body{{margin:0;background:{bg};color:{text};font-family:{font};"
+           f"font-size:{rng.choice([15, 16, 17, 18])}px;line-height:1.5}}",
            f"h1,h2,h3{{font-family:{heading_font}}}",
            f"h1{{font-size:{rng.choice([30, 36, 42, 48, 56])}px;margin:0}}",
            f"h2{{color:{accent};font-size:{rng.choice([22, 24, 28])}px}}",
@@ -254,9 +268,11 @@ def draw_page(rng):
     else:
         css.append(f"main{{max-width:{width}px;margin:0 auto;padding:20px}}")
         if layout == "hero":
-            css.append(f".hero{{background:{head_bg};color:{head_text};text-align:center;padding:{rng.choice([60, 80, 100])}px 20px}}"
+            css.append(f".hero{{background:{head_bg};color:{head_text};text-align:center;"
+                       f"padding:{rng.choice([60, 80, 100])}px 20px}}"
                        f" .hero .btn{{background:{head_text};color:{head_bg}}}")
-            header = f'{nav}<div class="hero">{title}<p><a class="btn" href="#contact">{esc(rng.choice(["Visit Us", "Book Now", "Learn More", "Join Us"]))}</a></p></div>'
+            button = rng.choice(["Visit Us", "Book Now", "Learn More", "Join Us"])
+            header = f'{nav}<div class="hero">{title}<p><a class="btn" href="#contact">{esc(button)}</a></p></div>'
         elif nav_style == "beside":
             css.append(f"header{{background:{head_bg};color:{head_text};display:flex;justify-content:space-between;"
                        "align-items:center;padding:16px 32px}")
@@ -265,7 +281,8 @@ def draw_page(rng):
             css.append(f"header{{background:{head_bg};color:{head_text};padding:{rng.choice([20, 30, 40])}px;"
                        f"text-align:{rng.choice(['left', 'center'])}}}")
             header = f"<header>{title}</header>{nav}" if nav_style != "centered" else f"<header>{title}{nav}</header>"
-        body = header + (f'<main><div class="sections">{inner}</div></main>' if layout == "cards" else f"<main>{inner}</main>")
+        main = f'<main><div class="sections">{inner}</div></main>' if layout == "cards" else f"<main>{inner}</main>"
+        body = header + main
     if rng.random() < 0.8:
         body += f"<footer>&copy; 2024 {esc(name)}. {esc(rng.choice(STREETS))}, {esc(rng.choice(TOWNS))}</footer>"
     page = ("<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n"
@@ -281,7 +298,8 @@ def nav_html(style, links, css, bg, accent, head_text):
     if style == "none":
         return ""
     if style == "bar":
-        css.append(f"nav{{background:{accent};padding:12px 24px}} nav a{{color:{bg};margin-right:22px;font-weight:bold}}")
+        css.append(f"nav{{background:{accent};padding:12px 24px}} "
+                   f"nav a{{color:{bg};margin-right:22px;font-weight:bold}}")
     elif style == "centered":
         css.append("nav{text-align:center;padding:10px} nav a{margin:0 14px;text-transform:uppercase;"
                    f"letter-spacing:1px;color:{head_text}}}")
@@ -307,18 +325,22 @@ def section_html(rng, site, section, title, name, layout):
             content = '<div class="grid">' + "".join(
                 f'<div class="card"><h3>{esc(n)}</h3><p>{esc(d)}</p></div>' for n, d in items) + "</div>"
             if layout != "cards":
-                content = content.replace('class="grid"', 'class="grid" style="display:grid;grid-template-columns:repeat(3,1fr);gap:12px"')
+                content = content.replace(
+                    'class="grid"', 'class="grid" style="display:grid;grid-template-columns:repeat(3,1fr);gap:12px"')
         else:
-            content = "<ul>" + "".join(f"<li><strong>{esc(n)}</strong> &mdash; {esc(d)}</li>" for n, d in items) + "</ul>"
+            content = "<ul>" + "".join(f"<li><strong>{esc(n)}</strong> &mdash; {esc(d)}</li>"
+                                       for n, d in items) + "</ul>"
     elif section == "hours":
         times = dict(a=f"{rng.randint(6, 9)}:00", b=f"{rng.randint(5, 8)}:00 pm", c=f"{rng.randint(7, 10)}:00",
                      d=f"{rng.randint(2, 6)}:00 pm", e=rng.choice(["Closed", "10:00 - 2:00 pm"]))
-        content = "<table>" + "".join(f"<tr><td>{day}</td><td>{span.format(**times)}</td></tr>" for day, span in DAYS) + "</table>"
+        content = "<table>" + "".join(f"<tr><td>{day}</td><td>{span.format(**times)}</td></tr>"
+                                      for day, span in DAYS) + "</table>"
     elif section == "testimonials":
         content = "".join(f'<blockquote class="card">&ldquo;{esc(q)}&rdquo; &mdash; {esc(p)}</blockquote>'
                           for q, p in zip(rng.sample(PRAISE, 2), rng.sample(PEOPLE, 2)))
     elif section == "team":
-        content = "<ul>" + "".join(f"<li>{esc(p)}, {esc(r)}</li>" for p, r in zip(rng.sample(PEOPLE, 3), site["roles"])) + "</ul>"
+        content = "<ul>" + "".join(f"<li>{esc(p)}, {esc(r)}</li>"
+                                   for p, r in zip(rng.sample(PEOPLE, 3), site["roles"])) + "</ul>"
     elif section == "contact":
         content = (f"<p>{rng.randint(2, 250)} {esc(rng.choice(STREETS))}, {esc(rng.choice(TOWNS))}<br>"
                    f"Phone: 555-{rng.randint(1000, 9999)}<br>Email: hello@{anchor(name).replace('-', '')}.example</p>")
@@ -329,7 +351,8 @@ def section_html(rng, site, section, title, name, layout):
         content = "<ul>" + "".join(f"<li>{rng.choice(MONTHS)} {rng.randint(1, 28)}: {esc(e)}</li>"
                                    for e in rng.sample(site["events"], min(3, len(site["events"])))) + "</ul>"
     elif section == "pricing":
-        tiers = [("Basic", rng.choice([10, 15, 20])), ("Plus", rng.choice([30, 35, 40])), ("Premium", rng.choice([60, 75, 90]))]
+        tiers = [("Basic", rng.choice([10, 15, 20])), ("Plus", rng.choice([30, 35, 40])),
+                 ("Premium", rng.choice([60, 75, 90]))]
         content = ('<div class="grid" style="display:grid;grid-template-columns:repeat(3,1fr);gap:12px">' + "".join(
             f'<div class="card"><h3>{t}</h3><p>${p} / month</p></div>' for t, p in tiers) + "</div>")
     else:  # faq
@@ -352,7 +375,7 @@ def make_tasks(split, count, seed=SEED):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"),
+    parser.add_argument("--out", default=FOLDER,
                         help="folder for frontend_train.jsonl and frontend_test.jsonl")
     parser.add_argument("--seed", type=int, default=SEED, help="seed of every draw")
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """The shipped backend (programming) tasks of ColBench, generated from small templates.
 
-    python -m colbench.backend_tasks              # rewrites colbench/data/backend_{train,test}.jsonl
-    python -m colbench.backend_tasks --out DIR    # writes the two files into DIR instead
+    python -m colbench.tasks.backend              # rewrites colbench/tasks/backend_{train,test}.jsonl
+    python -m colbench.tasks.backend --out DIR    # writes the two files into DIR instead
 
 The output is byte-identical on every run: each family draws from its own `random.Random`
 seeded with `--seed` and the family's name, never from the clock.
@@ -33,6 +33,7 @@ from collections import namedtuple
 from string import Template
 
 from colbench.data import write_jsonl
+from colbench.tasks import FOLDER
 
 SEED = 2503
 TRAIN_PER_FAMILY = 15      # tasks per shared family in the train file
@@ -1294,7 +1295,7 @@ def generate(seed=SEED):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"),
+    parser.add_argument("--out", default=FOLDER,
                         help="folder for backend_train.jsonl and backend_test.jsonl")
     parser.add_argument("--seed", type=int, default=SEED, help="seed of every random draw")
     args = parser.parse_args()
