@@ -33,6 +33,13 @@ Where this departs from the paper or the official code:
   training starts: no second copy of the policy is kept in memory.
 - NLL(a+ | o_t) is the mean over the chosen reply's tokens (the paper does not say which).
 - Pairs whose two scores are equal are dropped: they state no preference.
+- At a backend dialogue's last turn, replies without ANSWER_MARKER rank below those with it, whatever
+  the critic says (`ranking_keys`): the critic does not see the turn budget, and with the demo's
+  budget of 3 turns a third of the states are last turns, where asking is certain failure.
+  With --last-turn-twins, each earlier pair this rule would reverse (a question the critic preferred to
+  an answer) is also trained reversed, under the prompt of a dialogue whose budget ends at that turn:
+  the same state, a shorter budget. Without it, a small policy learns "ask" from the many early-turn
+  pairs and asks at the last turn too (the demo's policy then never answered: 0% success).
 - Multi-Turn DPO and RFT score each agent turn under the prompt the agent saw at that turn
   (--prompt and --max-turns as in the rollouts; rollout.py records that prompt in each turn's
   `input`): the turns that saw one system prompt share a forward pass, and in the default style the
@@ -63,8 +70,8 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.cli import (at_least, fail, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                           require_server, server_url)
-from colbench.data import DataError, default_output, load_trajectories, write_jsonl
-from colbench.env import PROMPT_STYLES, agent_messages
+from colbench.data import DataError, default_output, load_trajectories, task_kind, write_jsonl
+from colbench.env import ANSWER_MARKER, PROMPT_STYLES, agent_messages
 from colbench.models import (DTYPES, EndpointChat, autocast, chat_text, compute_dtype, default_device, describe_dtype,
                              generate, load_model, plain_messages, sequence_logps, shared_prefix_logps, tokenize_turns)
 from critic import PAIRINGS, load_critic, preference_pairs, score_candidates, succeeded
@@ -81,6 +88,8 @@ parser.add_argument("--candidates", type=at_least(2), default=16,
                     help="sweet: replies sampled per turn state (N; 2 at least: a top and a bottom half)")
 parser.add_argument("--pairs-per-turn", type=positive_int, default=4,
                     help="sweet: preference pairs drawn per turn state")
+parser.add_argument("--last-turn-twins", action="store_true",
+                    help="sweet, backend: also train each question-over-answer pair reversed, as at a last turn")
 parser.add_argument("--data-fraction", type=fraction, default=1.0, help="use this random fraction of the trajectories")
 parser.add_argument("--max-turns", type=positive_int, default=10,
                     help="the rollouts' turn budget (their prompts say so)")
@@ -162,13 +171,48 @@ def sample_from_server(server, conversations, args):
 
 
 def top_bottom_pairs(scores, pairs_per_turn, rng):
-    """(chosen, rejected) indices: a random candidate of the top half against one of the bottom half.
+    """(chosen, rejected) indices: a random candidate of the top half against one of the bottom half, by
+    `scores` (numbers, or anything that sorts: see ranking_keys).
 
     Distinct pairs, at most pairs_per_turn; with an odd count the median candidate sits out."""
     order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
     half = len(order) // 2
     crossing = [(c, r) for c in order[:half] for r in order[len(order) - half:] if scores[c] > scores[r]]
     return rng.sample(crossing, min(pairs_per_turn, len(crossing)))
+
+
+def ranking_keys(task, scores, replies, last_turn):
+    """What a state's candidates are ranked by: the critic's scores, except at a backend dialogue's last
+    turn, where a reply without ANSWER_MARKER ranks below every reply with it. The environment takes the
+    last reply as the answer whatever it says, so a question there fails for certain; the critic does
+    not see the turn budget and cannot know it (a departure from the paper: see the module docstring)."""
+    if not last_turn or task_kind(task) != "backend":
+        return scores
+    return [(ANSWER_MARKER in reply, score) for reply, score in zip(replies, scores)]
+
+
+def pair_row(trajectory, turn, prompt, replies, scores, chosen, rejected):
+    """One line of pairs.jsonl (TRL's format): replies[chosen] over replies[rejected] after `prompt`."""
+    return {"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"], "turn": turn, "prompt": prompt,
+            "chosen": [{"role": "assistant", "content": replies[chosen]}],
+            "rejected": [{"role": "assistant", "content": replies[rejected]}],
+            "chosen_score": scores[chosen], "rejected_score": scores[rejected]}
+
+
+def state_pairs(trajectory, turn, history, replies, scores, args, rng):
+    """pairs.jsonl rows of one turn state: its candidate `replies`, ranked by the critic's `scores`."""
+    task = trajectory["task"]
+    last_turn = turn == args.max_turns - 1
+    as_last_turn = ranking_keys(task, scores, replies, last_turn=True)
+    rows = []
+    for c, r in top_bottom_pairs(ranking_keys(task, scores, replies, last_turn), args.pairs_per_turn, rng):
+        rows.append(pair_row(trajectory, turn, agent_messages(task, history, args.max_turns, args.prompt),
+                             replies, scores, c, r))
+        if args.last_turn_twins and not last_turn and as_last_turn[r] > as_last_turn[c]:
+            # The same state in a dialogue whose budget ends at this turn: there, the answer wins.
+            rows.append(pair_row(trajectory, turn, agent_messages(task, history, turn + 1, args.prompt),
+                                 replies, scores, r, c))
+    return rows
 
 
 def sweet_pairs(trajectories, critic_dir, args, rng, device, dtype, rank=0, world=1):
@@ -189,12 +233,7 @@ def sweet_pairs(trajectories, critic_dir, args, rng, device, dtype, rank=0, worl
     rows = []
     for (trajectory, turn, history), replies in tqdm(list(zip(states, candidates)), desc="ranking", unit="state"):
         scores = score_candidates(critic, trajectory["task"], history, replies)
-        for c, r in top_bottom_pairs(scores, args.pairs_per_turn, rng):
-            rows.append({"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"], "turn": turn,
-                         "prompt": agent_messages(trajectory["task"], history, args.max_turns, args.prompt),
-                         "chosen": [{"role": "assistant", "content": replies[c]}],
-                         "rejected": [{"role": "assistant", "content": replies[r]}],
-                         "chosen_score": scores[c], "rejected_score": scores[r]})
+        rows += state_pairs(trajectory, turn, history, replies, scores, args, rng)
     del critic
     gc.collect()
     return distributed.gather(rows), len(all_states)  # torchrun: every rank gets all the pairs

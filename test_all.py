@@ -1544,6 +1544,28 @@ def test_policy_pairs_cross_the_median_and_chosen_scores_higher():
     assert top_bottom_pairs([0.3] * 16, 4, rng) == []  # all equal: no preference, no pair
 
 
+def test_policy_last_turn_answers_outrank_questions_and_twins_reverse_early_pairs():
+    from policy import parser, ranking_keys, state_pairs
+    answer, question = ANSWER_MARKER + " def f(): return 1", "What should f return?"
+    replies, scores = [question, question + " ", answer, answer + " "], [0.9, 0.8, 0.2, 0.1]
+    assert ranking_keys(TIP_TASK, scores, replies, last_turn=False) == scores
+    last = ranking_keys(TIP_TASK, scores, replies, last_turn=True)
+    assert min(last[2], last[3]) > max(last[0], last[1]) and last[2] > last[3]  # then by the critic's score
+    trajectory = {"task": TIP_TASK, "task_id": "t", "sample_idx": 0}
+    history = [{"role": "user", "content": "hi"}]
+    for flags, twins in (([], 0), (["--last-turn-twins"], 4)):
+        args = parser.parse_args(["x.jsonl", "--max-turns", "3", "--pairs-per-turn", "4", *flags])
+        rows = state_pairs(trajectory, 0, history, replies, scores, args, random.Random(0))
+        early = [r for r in rows if LAST_TURN_NOTE not in r["prompt"][0]["content"]]
+        reversed_ = [r for r in rows if LAST_TURN_NOTE in r["prompt"][0]["content"]]
+        assert len(early) == 4 and all(r["chosen"][0]["content"].startswith("What") for r in early)
+        assert len(reversed_) == twins and all(r["chosen"][0]["content"].startswith(ANSWER_MARKER) for r in reversed_)
+        dialogue = history + [{"role": "assistant", "content": "Which f?"}, {"role": "user", "content": "f"}] * 2
+        at_last = state_pairs(trajectory, 2, dialogue, replies, scores, args, random.Random(0))  # the real last turn
+        assert len(at_last) == 4 and all(r["chosen"][0]["content"].startswith(ANSWER_MARKER) for r in at_last)
+        assert all(LAST_TURN_NOTE in r["prompt"][0]["content"] for r in at_last)
+
+
 def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model, tmp_path):
     from policy import add_reference_logps, reply_pair_example, train
     from colbench.models import load_model
