@@ -4,8 +4,9 @@
     python -m colbench.demo --experiment    # adds RFT, Multi-Turn DPO and the critic without normalization
 
 Every step is one of the stage scripts, run as a subprocess; its command is printed first. Outputs
-go under one run folder (runs/demo or runs/experiment). A step whose output exists is skipped, so
-a killed run picks up where it stopped (delete the folder to start over). The steps:
+go under one run folder (runs/demo). A step whose output exists is skipped, so a killed run picks up
+where it stopped (delete the folder to start over), and the experiment after the demo runs only its
+own steps (about 30 minutes more). The steps:
 
 0. Warm start (a departure from the paper, see colbench/warmstart.py): fine-tune the embedded
    SmolLM2-135M on scripted, deliberately imperfect dialogues of the easy training tasks. This is
@@ -34,13 +35,12 @@ from colbench.stats import bootstrap_mean_ci
 # hidden constants), three agent turns, short replies.
 SETTINGS = {
     "demo": dict(rl_tasks=45, samples=5, test_samples=7, max_turns=3, max_new_tokens=64, temperature=0.7,
-                 warm_lr=5e-5, critic_epochs=1, critic_lr=5e-5, candidates=8, pairs_per_turn=2, data_fraction=0.15,
-                 policy_lr=5e-6, judge_states=40, methods=["sweet"]),
-    "experiment": dict(rl_tasks=45, samples=10, test_samples=10, max_turns=3, max_new_tokens=64, temperature=0.7,
-                       warm_lr=5e-5, critic_epochs=2, critic_lr=2e-5, candidates=16, pairs_per_turn=4,
-                       data_fraction=0.25, policy_lr=5e-6, judge_states=80,
-                       methods=["rft", "mt-dpo", "sweet", "sweet-no-normalize"]),
+                 warm_lr=5e-5, critic_epochs=1, critic_lr=5e-5, candidates=8, pairs_per_turn=2, data_fraction=0.1,
+                 policy_lr=5e-6, beta=1.0, nll_coef=1.0, judge_states=25, methods=["sweet"]),
 }
+# The experiment is the demo plus the baselines, in the same run folder: after `make demo`, only its new
+# steps run (on the same offline data, critics and held-out test tasks).
+SETTINGS["experiment"] = dict(SETTINGS["demo"], methods=["sweet", "rft", "mt-dpo", "sweet-no-normalize"])
 METHOD_NAMES = {"zero-shot": "starting policy (warm start)", "rft": "Rejection Fine-Tuning",
                 "mt-dpo": "Multi-Turn DPO", "sweet": "SWEET-RL", "sweet-no-normalize": "SWEET-RL w/o normalization"}
 # A critic's name in results.json and in its folder (critic_<name>) -> its critic.py flags.
@@ -67,12 +67,13 @@ def easy_tasks(source, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--experiment", action="store_true", help="the longer run with the baselines")
-    parser.add_argument("--out", help="run folder (default runs/demo or runs/experiment)")
+    parser.add_argument("--experiment", action="store_true",
+                        help="the demo plus RFT, Multi-Turn DPO and SWEET-RL without normalization")
+    parser.add_argument("--out", default=os.path.join("runs", "demo"), help="run folder (default runs/demo)")
     args = parser.parse_args()
     name = "experiment" if args.experiment else "demo"
     s = SETTINGS[name]
-    out = args.out or os.path.join("runs", name)
+    out = args.out
     os.makedirs(out, exist_ok=True)
 
     def path(*parts):
@@ -117,7 +118,8 @@ def main():
             "--method", method.replace("-no-normalize", ""), "--critic", path(critic),
             "--out", path(f"policy_{method}"),
             "--candidates", str(s["candidates"]), "--pairs-per-turn", str(s["pairs_per_turn"]),
-            "--data-fraction", str(s["data_fraction"]), "--lr", str(s["policy_lr"]), *sampling,
+            "--data-fraction", str(s["data_fraction"]), "--lr", str(s["policy_lr"]), "--beta", str(s["beta"]),
+            "--nll-coef", str(s["nll_coef"]), "--last-turn-twins", *sampling,
             done_when=path(f"policy_{method}", "config.json"))
     # 4. Held-out test tasks: the starting policy and each trained policy, same tasks, seed and sampling.
     agents = {"zero-shot": path("warm"), **{m: path(f"policy_{m}") for m in s["methods"]}}
