@@ -2003,7 +2003,7 @@ def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
     assert not torch.allclose(fsdp_logits, logits_of(tiny_model), atol=1e-2)
 
 
-# ======================== 9. colbench/report.py: the HTML page of a run
+# ======================== 9. colbench/report.py and colbench/demo.py: the HTML page and the table of a run
 
 def test_report_shades_turns_by_advantage_and_plots_the_logs(tmp_path):
     from colbench.report import write_report
@@ -2022,6 +2022,52 @@ def test_report_shades_turns_by_advantage_and_plots_the_logs(tmp_path):
     assert "rgba(220,38,38,0.58)" in page and "rgba(22,163,74,0.33)" in page  # red blames, green credits, by |A|
     assert "a &lt;b&gt;vague&lt;/b&gt; request" in page and "<polyline" in page and "critic: loss" in page
     assert "critic: epoch" not in page and "reward 0.50" in page
+
+
+# --- colbench/demo.py: the closing table, read back from a run folder
+
+def test_demo_table_pairs_agents_and_critics_on_the_same_dialogues_and_pairs(tmp_path):
+    from colbench.demo import collect, table
+    tasks = [dict(TIP_TASK, task_id=f"t{i}", family="seen" if i < 2 else "new") for i in range(4)]
+    write_jsonl(tmp_path / "warm_tasks.jsonl", [dict(TIP_TASK, task_id="w", family="seen")])
+    write_jsonl(tmp_path / "test_tasks.jsonl", tasks)
+    # Two samples a task; SWEET-RL wins one more dialogue than the start on every task: +0.5 everywhere.
+    start = {"t0": [1, 0], "t1": [0, 0], "t2": [0, 0], "t3": [1, 0]}
+    for method, gain in (("zero-shot", 0), ("sweet", 1)):
+        rows = [{"task_id": task["task_id"], "sample_idx": k, "task": task, "dialogue_history": [], "answer": "",
+                 "success": bool(start[task["task_id"]][k] or (gain and k == 1)), "reward": 0.0}
+                for task in tasks for k in range(2)]
+        write_jsonl(tmp_path / f"test_{method}.scored.jsonl", rows)
+        (tmp_path / f"test_{method}.summary.json").write_text(json.dumps({"mean_tests_passed_pct": 40.0}))
+    # The same four held-out pairs of two tasks: with c all right; without c, the second of each task wrong.
+    for critic_name, margins in (("reference", [1.0, 2.0, 0.5, 1.0]), ("no_reference", [1.0, -2.0, 0.5, -1.0])):
+        os.makedirs(tmp_path / f"critic_{critic_name}")
+        accuracy = sum(m > 0 for m in margins) / 4
+        (tmp_path / f"critic_{critic_name}" / "metrics.json").write_text(json.dumps(
+            {"eval_pairs": 4, "eval_tasks": 2, "after": {"pair_accuracy": accuracy, "pair_accuracy_ci95": [0, 1],
+                                                         "margins": margins, "pair_task_ids": ["a", "a", "b", "b"]}}))
+    quality = {"critic_pick": 0.5, "random_pick": 0.25, "rank_correlation": 0.3}
+    os.makedirs(tmp_path / "judge")
+    (tmp_path / "judge" / "judge.json").write_text(json.dumps(
+        {"critic_reference": quality, "critic_no_reference": quality, "states": 3, "candidates": 9}))
+
+    agents = {"zero-shot": "", "sweet": ""}
+    results = collect(str(tmp_path), agents, ["reference", "no_reference"], minutes=1.0)
+    assert results["test_dialogues"] == {"zero-shot": 8, "sweet": 8}
+    assert results["success_rate"] == {"zero-shot": 0.25, "sweet": 0.75}
+    assert results["success_rate_trained_families"] == {"zero-shot": 0.25, "sweet": 0.75}
+    assert results["success_rate_test_only_families"] == {"zero-shot": 0.25, "sweet": 0.75}
+    assert results["success_diff_ci95"] == [0.5, 0.5]
+    assert results["critic"]["reference"]["pair_accuracy"] == 1.0 and results["critic_gain_ci95"] == [0.5, 0.5]
+    text = table(results)
+    assert "SWEET-RL - starting policy: 50.0 points of success, 95% CI [50.0, 50.0]" in text
+    assert "with c - without c: +0.500 pair accuracy, 95% CI [+0.500, +0.500]" in text
+
+    metrics = json.loads((tmp_path / "critic_no_reference" / "metrics.json").read_text())
+    metrics["after"]["pair_task_ids"] = ["a", "b", "b", "b"]
+    (tmp_path / "critic_no_reference" / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(SystemExit, match="held out different pairs"):
+        collect(str(tmp_path), agents, ["reference", "no_reference"], minutes=1.0)
 
 
 # ======================== 10. README.md: the map from the paper to the code

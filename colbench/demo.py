@@ -40,9 +40,15 @@ SETTINGS = {
 }
 # The experiment is the demo plus the baselines, in the same run folder: after `make demo`, only its new
 # steps run (on the same offline data, critics and held-out test tasks).
-SETTINGS["experiment"] = dict(SETTINGS["demo"], methods=["sweet", "rft", "mt-dpo", "sweet-no-normalize"])
+SETTINGS["experiment"] = dict(SETTINGS["demo"],
+                              methods=["sweet", "rft", "mt-dpo", "sweet-no-solution", "sweet-no-normalize"])
 METHOD_NAMES = {"zero-shot": "starting policy (warm start)", "rft": "Rejection Fine-Tuning",
-                "mt-dpo": "Multi-Turn DPO", "sweet": "SWEET-RL", "sweet-no-normalize": "SWEET-RL w/o normalization"}
+                "mt-dpo": "Multi-Turn DPO", "sweet": "SWEET-RL",
+                "sweet-no-solution": "SWEET-RL w/o training-time information (critic without c)",
+                "sweet-no-normalize": "SWEET-RL w/o normalization"}
+# A method -> (policy.py --method, the critic that ranks its candidates; the baselines use none).
+METHODS = {"sweet": ("sweet", "reference"), "rft": ("rft", None), "mt-dpo": ("mt-dpo", None),
+           "sweet-no-solution": ("sweet", "no_reference"), "sweet-no-normalize": ("sweet", "no_normalize")}
 # A critic's name in results.json and in its folder (critic_<name>) -> its critic.py flags.
 CRITICS = {"reference": [], "no_reference": ["--no-solution"], "no_normalize": ["--no-normalize"]}
 
@@ -105,17 +111,16 @@ def main():
         "--summary-json", path("train.summary.json"), done_when=path("train.scored.jsonl"))
     # 2. The critic, with the reference solution and without it (and without normalization).
     critics = ["reference", "no_reference"]
-    if "sweet-no-normalize" in s["methods"]:
-        critics.append("no_normalize")
+    critics += [METHODS[m][1] for m in s["methods"] if METHODS[m][1] not in critics + [None]]
     for critic in critics:
         run("critic.py", path("train.scored.jsonl"), "--model", path("warm"), "--out", path(f"critic_{critic}"),
             "--epochs", str(s["critic_epochs"]), "--lr", str(s["critic_lr"]), "--eval-fraction", "0.5",
             "--max-length", "1024", *CRITICS[critic], done_when=path(f"critic_{critic}", "metrics.json"))
     # 3. The policy: SWEET-RL (and the baselines in the experiment), all from the starting policy.
     for method in s["methods"]:
-        critic = "critic_no_normalize" if method == "sweet-no-normalize" else "critic_reference"
-        run("policy.py", path("train.scored.jsonl"), "--model", path("warm"),
-            "--method", method.replace("-no-normalize", ""), "--critic", path(critic),
+        stage_method, critic = METHODS[method]
+        ranking = ["--critic", path(f"critic_{critic}")] if critic else []
+        run("policy.py", path("train.scored.jsonl"), "--model", path("warm"), "--method", stage_method, *ranking,
             "--out", path(f"policy_{method}"),
             "--candidates", str(s["candidates"]), "--pairs-per-turn", str(s["pairs_per_turn"]),
             "--data-fraction", str(s["data_fraction"]), "--lr", str(s["policy_lr"]), "--beta", str(s["beta"]),
@@ -185,11 +190,22 @@ def collect(out, agents, critics, minutes):
         label = "success_diff_ci95" if method == "sweet" else f"success_diff_ci95_{method}"
         results[label] = list(bootstrap_mean_ci(difference))
     results["critic"] = {}
+    pair_outcomes, pair_tasks = {}, {}  # critic -> each held-out pair's outcome (1 right, 0.5 tie, 0 wrong); task
     for critic in critics:
         metrics = read_json(os.path.join(out, f"critic_{critic}", "metrics.json"))
         results["critic"][critic] = {"pair_accuracy": metrics["after"].get("pair_accuracy"),
                                      "pairs": metrics["eval_pairs"], "ci95": metrics["after"].get("pair_accuracy_ci95"),
                                      "tasks": metrics["eval_tasks"]}
+        pair_outcomes[critic] = [float(m > 0) + 0.5 * float(m == 0) for m in metrics["after"]["margins"]]
+        pair_tasks[critic] = metrics["after"]["pair_task_ids"]
+    # What c is worth: pair accuracy with c minus without, on the same held-out pairs, tasks resampled.
+    if pair_tasks["reference"] != pair_tasks["no_reference"]:
+        raise SystemExit("the two critics held out different pairs: were they trained with the same --seed?")
+    gain = {}
+    for task_id, with_c, without_c in zip(pair_tasks["reference"], pair_outcomes["reference"],
+                                           pair_outcomes["no_reference"]):
+        gain.setdefault(task_id, []).append(with_c - without_c)
+    results["critic_gain_ci95"] = list(bootstrap_mean_ci(gain))
     judge = read_json(os.path.join(out, "judge", "judge.json"))
     results["best_of_n"] = {"reference": judge["critic_reference"], "no_reference": judge["critic_no_reference"],
                             "states": judge["states"], "candidates": judge["candidates"]}
@@ -224,6 +240,10 @@ def table(r):
         ci = f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]" if c["ci95"] else "-"
         accuracy = f"{c['pair_accuracy']:.3f}" if c["pair_accuracy"] is not None else "-"
         lines.append(f"| {names[critic]} | {accuracy} | {ci} | {c['pairs']} | {c['tasks']} |")
+    gain = r["critic"]["reference"]["pair_accuracy"] - r["critic"]["no_reference"]["pair_accuracy"]
+    low, high = r["critic_gain_ci95"]
+    lines.append(f"\nwith c - without c: {gain:+.3f} pair accuracy, 95% CI [{low:+.3f}, {high:+.3f}] "
+                 "(the same held-out pairs, bootstrap over tasks)")
     b = r["best_of_n"]
     lines += ["", f"critic as judge: {b['states']} held-out turn states, {b['candidates']} final answers, "
                   "tests run on each",

@@ -75,9 +75,11 @@ def compute_dtype(choice="auto", device=None):
     if device == "cuda":
         native = torch.cuda.is_bf16_supported()
         return (torch.bfloat16, "the GPU computes bf16") if native else (torch.float32, "the GPU has no bf16")
-    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+    kernels = torch.backends.cpu.get_cpu_capability()  # 'AVX2' too where ATEN_CPU_CAPABILITY=avx2 caps it
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    if native and kernels.startswith("AVX512"):
         return torch.bfloat16, "the CPU computes bf16 natively (AVX512-BF16/AMX)"
-    return torch.float32, (f"the CPU has no native bf16 ({torch.backends.cpu.get_cpu_capability()}): "
+    return torch.float32, (f"the CPU has no native bf16 (torch's kernels: {kernels}): "
                            "bf16 would be emulated, many times slower")
 
 
