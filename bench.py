@@ -30,7 +30,8 @@ one pair of 1024-token dialogues, read from the finished child's rusage; also wi
 
 prefix_scoring: the critic scoring 16 candidate replies (~100 tokens) of one state whose
 history is ~1000 tokens, once with critic.py's shared-history KV cache and once as 16 full
-sequences (4 per forward pass: one pass is timed and counted 4 times); how many times faster the cache is. Target: >= 4x.
+sequences (4 per forward pass: one pass is timed and counted 4 times); how many times faster the cache is.
+Target: >= 4x.
 
 dpo_vs_trl: one DPO + NLL epoch of policy.py against TRL's DPOTrainer on the same pairs,
 model, batch size and precision (bf16 autocast), each with its reference log-probs computed once
@@ -58,7 +59,8 @@ import time
 import requests
 import torch
 
-from colbench.models import EMBEDDED_GGUF, autocast, compute_dtype, embedded_model_dir, load_model, token_logps, tokenize_turns
+from colbench.models import (EMBEDDED_GGUF, autocast, compute_dtype, embedded_model_dir, load_model, token_logps,
+                             tokenize_turns)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RATIOS = ("rollout_batching", "rollout_vs_llamacpp", "critic_batching", "critic_peak_gb", "prefix_scoring",
@@ -67,7 +69,8 @@ RATIOS = ("rollout_batching", "rollout_vs_llamacpp", "critic_batching", "critic_
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--quick", action="store_true",
                     help="the smallest sizes, to check that the benchmarks run; their numbers mean nothing")
-parser.add_argument("--only", action="append", choices=RATIOS, help="run only this benchmark (repeatable; default: all)")
+parser.add_argument("--only", action="append", choices=RATIOS,
+                    help="run only this benchmark (repeatable; default: all)")
 parser.add_argument("--out", default=os.path.join("runs", "bench.json"), help="file the JSON line is written to")
 
 # The official evaluator's way, in a few lines (run in a child process, so that even this baseline
@@ -118,7 +121,8 @@ def make_trajectories(path, tasks=50, samples=10, tests=4, hang_fraction=0.1, se
                 if draw < hang_fraction:
                     body = "    while True:\n        pass\n"
                 elif draw < 0.65:
-                    body = f"    total = 0\n    for v in values:\n        total += v * {scale}\n    return total + bonus + {shift}\n"
+                    body = (f"    total = 0\n    for v in values:\n        total += v * {scale}\n"
+                            f"    return total + bonus + {shift}\n")
                 elif draw < 0.85:
                     body = f"    return sum(values) * {scale} + bonus\n"
                 else:
@@ -199,7 +203,8 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
     model, tokenizer = load_model(None)
     reference_model, _ = load_model(None)
     critic = Critic(model, reference_model, tokenizer)
-    length = len(tokenize_turns(tokenizer, critic_messages(task, history + [{"role": "assistant", "content": replies[0]}]))[0])
+    first_reply = history + [{"role": "assistant", "content": replies[0]}]
+    length = len(tokenize_turns(tokenizer, critic_messages(task, first_reply))[0])
 
     @torch.no_grad()
     def full_sequences(replies):
@@ -208,7 +213,8 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
                    for reply in replies]
         critic_logps = sequence_logps(model, [ids for ids, _ in encoded])
         reference_logps = sequence_logps(reference_model, [ids for ids, _ in encoded])
-        return [turn_advantages(c, r, spans[-1:]).item() for c, r, (_, spans) in zip(critic_logps, reference_logps, encoded)]
+        return [turn_advantages(c, r, spans[-1:]).item()
+                for c, r, (_, spans) in zip(critic_logps, reference_logps, encoded)]
 
     score_candidates(critic, task, history, replies[:2])  # warm-up for both ways
     shared = []
@@ -231,7 +237,8 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
     rng = random.Random(0)
     rows = []
     for _ in range(pairs):
-        prompt = [{"role": "system", "content": "Ask short questions."}, {"role": "user", "content": words(prompt_tokens, rng)}]
+        prompt = [{"role": "system", "content": "Ask short questions."},
+                  {"role": "user", "content": words(prompt_tokens, rng)}]
         rows.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": words(reply_tokens, rng)}],
                      "rejected": [{"role": "assistant", "content": words(reply_tokens, rng)}]})
     settings = argparse.Namespace(method="sweet", lr=5e-6, epochs=1, batch_size=batch_size, beta=0.1, nll_coef=0.01)
@@ -436,7 +443,8 @@ def bench_critic_batching(tasks=5, samples=6, turn_tokens=60):
     single_s, single_losses = train(lambda model, task: [sequence_logps(model, [ids])[0] for ids, _ in task])
     assert max(abs(a - b) for a, b in zip(batched_losses, single_losses)) < 1e-2, "the two ways must train alike"
     batched, single = tokens / batched_s, tokens / single_s
-    print(f"critic_batching: {tasks - 1} steps of {samples} trajectories (~{tokens // ((tasks - 1) * samples)} tokens each), "
+    per_trajectory = tokens // ((tasks - 1) * samples)
+    print(f"critic_batching: {tasks - 1} steps of {samples} trajectories (~{per_trajectory} tokens each), "
           f"{'bf16' if dtype == torch.bfloat16 else 'fp32'} ({why}): a task batched {batched:.1f} tokens/s, "
           f"one trajectory at a time {single:.1f} tokens/s -> {batched / single:.2f}x (target >= 1x)")
     return round(batched / single, 2)
@@ -447,7 +455,8 @@ def dialogue_of_length(tokenizer, task, length, rng):
     from critic import critic_messages
     dialogue = [{"role": "user", "content": task["problem_description"]}]
     for _ in range(2):
-        dialogue += [{"role": "assistant", "content": words(30, rng) + "?"}, {"role": "user", "content": words(20, rng)}]
+        dialogue += [{"role": "assistant", "content": words(30, rng) + "?"},
+                     {"role": "user", "content": words(20, rng)}]
     so_far = len(tokenize_turns(tokenizer, critic_messages(task, dialogue + [{"role": "assistant", "content": ""}]))[0])
     filler = tokenizer(words(2 * length, rng), add_special_tokens=False)["input_ids"][: max(1, length - so_far)]
     return dialogue + [{"role": "assistant", "content": tokenizer.decode(filler)}]
@@ -474,9 +483,9 @@ def bench_critic_peak_gb(length=1024):
         write_jsonl(scored, records)
         for name, extra in (("critic_peak_gb", []), ("critic_peak_gb_checkpointing", ["--gradient-checkpointing"])):
             with open(os.path.join(tmp, f"{name}.log"), "w") as log:
-                child = subprocess.Popen([sys.executable, os.path.join(HERE, "critic.py"), scored, "--out", os.path.join(tmp, name),
-                                          "--epochs", "1", "--eval-fraction", "0", "--max-length", str(max(lengths)), *extra],
-                                         stdout=log, stderr=subprocess.STDOUT)
+                command = [sys.executable, os.path.join(HERE, "critic.py"), scored, "--out", os.path.join(tmp, name),
+                           "--epochs", "1", "--eval-fraction", "0", "--max-length", str(max(lengths)), *extra]
+                child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
                 _, status, usage = os.wait4(child.pid, 0)  # this child's own peak, not any earlier child's
             if status != 0:
                 with open(os.path.join(tmp, f"{name}.log")) as log:

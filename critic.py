@@ -223,9 +223,9 @@ def load_critic(critic_dir, device=None, dtype=torch.float32):
     for bf16 weights to hold."""
     with open(os.path.join(critic_dir, "args.json")) as f:
         saved = json.load(f)
-    model, tokenizer = load_model(critic_dir, device=device)
+    model, tokenizer = load_model(critic_dir, device=device, dtype=torch.float32)
     base = saved["model_path"] if os.path.isdir(saved["model_path"]) else saved["model"]  # 'embedded' moves machines
-    reference_model, _ = load_model(base, device=device)
+    reference_model, _ = load_model(base, device=device, dtype=torch.float32)
     # Folders written before --no-reference was renamed --no-solution say `no_reference`.
     no_solution = saved["no_solution"] if "no_solution" in saved else saved["no_reference"]
     return Critic(model, reference_model, tokenizer, not no_solution, not saved["no_normalize"], dtype)
@@ -514,7 +514,6 @@ def main(args):
     describe_dtype("critic", dtype, why)
     base_model = resolve_model(args.model)
     model, tokenizer = load_model(base_model, trainable=True, device=device)
-    model.float()
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     # torchrun: DDP replicas, or with --fsdp `model` itself sharded. Wrapped before π_ref is computed, so

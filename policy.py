@@ -376,12 +376,14 @@ def example_loss(model, example, args):
         logps, counts, tokens = completion_logps(model, example["completion"], shares_prompt(args))
         nll = -logps.sum() / counts.sum()  # the mean over the trajectory's agent tokens
         return nll, {"nll": nll.item()}, tokens
-    logps, counts, tokens = pair_logps(model, example, shares_prompt(args))  # [2] each
+    logps, counts, tokens = pair_logps(model, example, shares_prompt(args))  # [2] each: chosen, rejected
+    chosen_logps, rejected_logps = logps[:1], logps[1:]
+    reference_chosen = torch.tensor([example["reference_chosen_logps"]], device=logps.device)
+    reference_rejected = torch.tensor([example["reference_rejected_logps"]], device=logps.device)
+    chosen_nll = -chosen_logps / counts[:1]  # per token
     # --- SWEET-RL: DPO on the critic-ranked pair plus λ · NLL of the chosen reply (Eq. 4)
-    loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
-        logps[:1], logps[1:], torch.tensor([example["reference_chosen_logps"]], device=logps.device),
-        torch.tensor([example["reference_rejected_logps"]], device=logps.device), -logps[:1] / counts[:1],
-        args.beta, args.nll_coef)
+    loss, chosen_rewards, rejected_rewards = dpo_nll_loss(chosen_logps, rejected_logps, reference_chosen,
+                                                          reference_rejected, chosen_nll, args.beta, args.nll_coef)
     return loss, {"accuracy": float(chosen_rewards.item() > rejected_rewards.item()),
                   "margin": (chosen_rewards - rejected_rewards).item(),
                   "chosen_logps": logps[0].item(), "rejected_logps": logps[1].item()}, tokens
@@ -477,8 +479,8 @@ def main(args):
     data_path = os.path.join(out, "sft.jsonl" if args.method in ("rft", "sft") else "pairs.jsonl")
     write_jsonl(data_path if rank == 0 else os.devnull, rows)
 
+    # fp32 master weights (bf16 would round lr-sized updates away); forward passes in `dtype`
     model, tokenizer = load_model(args.model, trainable=True, device=device)
-    model.float()  # fp32 master weights (bf16 would round lr-sized updates away); forward passes in `dtype`
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     # torchrun: DDP replicas, or with --fsdp `model` itself sharded. Wrapped before π_ref is computed, so

@@ -636,11 +636,15 @@ def test_shrinking_batch_sampling_gives_model_generate_tokens_under_greedy(tiny_
         for weight in model.parameters():
             if weight.dim() > 1:
                 weight.normal_(0, 0.5)
-    prompts = [chat_text(tokenizer, [{"role": "user", "content": text}], add_generation_prompt=True) for text in
-               ("What is the tip?", "def f(x):", "Round to 2 decimal places. I WANT TO ANSWER", "x", "18 percent.")]
+    texts = ("What is the tip?", "def f(x):", "Round to 2 decimal places. I WANT TO ANSWER", "x", "18 percent.",
+             "def f(x):")  # a prompt twice, as policy.py samples n replies to each: encoded once, sampled twice
+    prompts = [chat_text(tokenizer, [{"role": "system", "content": "You help."}, {"role": "user", "content": text}],
+                         add_generation_prompt=True) for text in texts]
     tokenizer.padding_side = "left"
     batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     assert len(set(batch["attention_mask"].sum(-1).tolist())) > 1  # rows carry different amounts of left padding
+    prompt_ids = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
+    assert len(set(ids[0] for ids in prompt_ids)) == 1  # a shared beginning (the system prompt) to encode once
     # A random model hardly ever ends a turn: the token found in the most replies serves as the
     # end-of-turn token instead, so that rows finish at different steps.
     unstopped = sample_plain(model, batch["input_ids"], batch["attention_mask"], 16, 0, tokenizer.eos_token_id)
@@ -648,10 +652,11 @@ def test_shrinking_batch_sampling_gives_model_generate_tokens_under_greedy(tiny_
     plain = sample_plain(model, batch["input_ids"], batch["attention_mask"], 16, 0, stop)
     lengths = [len(row) for row in plain]
     assert len(set(lengths)) >= 3 and 16 in lengths and min(lengths) < 16
-    assert sample_shrinking_batch(model, batch["input_ids"], batch["attention_mask"], 16, 0, stop) == plain
+    assert sample_shrinking_batch(model, prompt_ids, 16, 0, stop) == plain
     torch.manual_seed(1)
-    sampled = sample_shrinking_batch(model, batch["input_ids"], batch["attention_mask"], 16, 1.0, stop)
+    sampled = sample_shrinking_batch(model, prompt_ids, 16, 1.0, stop)
     assert sampled != plain and all(len(row) == 16 or row.index(stop) == len(row) - 1 for row in sampled)
+    assert sampled[1] != sampled[5]  # the twice-given prompt's two rows draw their own tokens
 
 
 # ======================== 4. evaluate.py and the sandbox: the real script on hostile and honest programs
@@ -1471,9 +1476,6 @@ def test_critic_without_pairs_or_rewards_exits_with_a_clear_message(tmp_path, ti
 
 
 def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
-    from colbench.env import SYSTEM_PROMPTS
-    if "frontend" not in SYSTEM_PROMPTS:
-        pytest.skip("colbench/env.py has no frontend system prompt yet")
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     page = {"task_id": "page", "problem_description": "A landing page for my bakery.",
             "ground_truth": "<html><body><h1>Fresh bread</h1><p>Open daily.</p></body></html>"}

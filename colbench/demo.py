@@ -1,7 +1,7 @@
 """`make demo` and `make experiment`: the whole SWEET-RL chain on the embedded model, run as a user would.
 
     python -m colbench.demo                 # the demo: about 30 minutes on 2 CPU cores
-    python -m colbench.demo --experiment    # adds RFT, Multi-Turn DPO and the critic without normalization
+    python -m colbench.demo --experiment    # adds RFT, Multi-Turn DPO and SWEET-RL's two ablations
 
 Every step is one of the stage scripts, run as a subprocess; its command is printed first. Outputs
 go under one run folder (runs/demo). A step whose output exists is skipped, so a killed run picks up
@@ -14,7 +14,8 @@ own steps (about 30 minutes more). The steps:
 1. Offline data: the starting policy on training tasks, several samples each, scored by the tests.
 2. The critic, with the reference solution c and without it (the paper's ablation), half the
    paired tasks held out.
-3. SWEET-RL: the policy trained on critic-ranked candidate replies (and the baselines, --experiment).
+3. SWEET-RL: the policy trained on critic-ranked candidate replies (--experiment: and the baselines,
+   and SWEET-RL ranked by the critic without c, or by the critic without length normalization).
 4. Held-out test tasks (never trained on, test-only families among them): every agent with the
    same tasks, seed and sampling.
 5. The critic as a judge of final answers on its held-out tasks (colbench/judge.py).
@@ -36,7 +37,10 @@ from colbench.stats import bootstrap_mean_ci
 SETTINGS = {
     "demo": dict(rl_tasks=45, samples=5, test_samples=7, max_turns=3, max_new_tokens=64, temperature=0.7,
                  warm_lr=5e-5, critic_epochs=1, critic_lr=5e-5, candidates=6, pairs_per_turn=2, data_fraction=0.07,
-                 policy_lr=5e-6, beta=1.0, nll_coef=1.0, judge_states=15, methods=["sweet"]),
+                 policy_lr=5e-6, beta=1.0, nll_coef=1.0, judge_states=15, methods=["sweet"],
+                 # dialogues per batched rollout step; sampled sequences per generate call (policy, judge):
+                 # on 2 cores 64 rows sample ~2x the tokens/s of 16 (a batch shrinks as replies end)
+                 batch_size=64, sample_batch_size=48),
 }
 # The experiment is the demo plus the baselines, in the same run folder: after `make demo`, only its new
 # steps run (on the same offline data, critics and held-out test tasks).
@@ -74,7 +78,8 @@ def easy_tasks(source, path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--experiment", action="store_true",
-                        help="the demo plus RFT, Multi-Turn DPO and SWEET-RL without normalization")
+                        help="the demo plus RFT, Multi-Turn DPO and SWEET-RL with the critic without c, "
+                             "or without normalization")
     parser.add_argument("--out", default=os.path.join("runs", "demo"), help="run folder (default runs/demo)")
     args = parser.parse_args()
     name = "experiment" if args.experiment else "demo"
@@ -106,7 +111,8 @@ def main():
         "--max-turns", str(s["max_turns"]), "--out", path("warm"), done_when=path("warm", "config.json"))
     # 1. Offline data: the starting policy on training tasks, scored.
     run("rollout.py", rl_tasks, "--agent", path("warm"), "--samples", str(s["samples"]), *sampling,
-        "--batch-size", "16", "--out", path("train.traj.jsonl"), done_when=path("train.scored.jsonl"))
+        "--batch-size", str(s["batch_size"]), "--out", path("train.traj.jsonl"),
+        done_when=path("train.scored.jsonl"))
     run("evaluate.py", path("train.traj.jsonl"), "--out", path("train.scored.jsonl"),
         "--summary-json", path("train.summary.json"), done_when=path("train.scored.jsonl"))
     # 2. The critic, with the reference solution and without it (and without normalization).
@@ -125,19 +131,21 @@ def main():
             "--candidates", str(s["candidates"]), "--pairs-per-turn", str(s["pairs_per_turn"]),
             "--data-fraction", str(s["data_fraction"]), "--lr", str(s["policy_lr"]), "--beta", str(s["beta"]),
             "--nll-coef", str(s["nll_coef"]), "--last-turn-twins", *sampling,
+            "--sample-batch-size", str(s["sample_batch_size"]),
             done_when=path(f"policy_{method}", "config.json"))
     # 4. Held-out test tasks: the starting policy and each trained policy, same tasks, seed and sampling.
     agents = {"zero-shot": path("warm"), **{m: path(f"policy_{m}") for m in s["methods"]}}
     for method, agent in agents.items():
-        run("rollout.py", test, "--agent", agent, "--samples", str(s["test_samples"]), *sampling, "--batch-size", "16",
-            "--out", path(f"test_{method}.traj.jsonl"), done_when=path(f"test_{method}.summary.json"))
+        run("rollout.py", test, "--agent", agent, "--samples", str(s["test_samples"]), *sampling,
+            "--batch-size", str(s["batch_size"]), "--out", path(f"test_{method}.traj.jsonl"),
+            done_when=path(f"test_{method}.summary.json"))
         run("evaluate.py", path(f"test_{method}.traj.jsonl"), "--out", path(f"test_{method}.scored.jsonl"),
             "--summary-json", path(f"test_{method}.summary.json"), done_when=path(f"test_{method}.summary.json"))
     # 5. The critics as judges of final answers, on the tasks they held out.
     run("-m", "colbench.judge", path("train.scored.jsonl"), "--model", path("warm"),
         "--critic", path("critic_reference"), "--critic", path("critic_no_reference"), "--out", path("judge"),
         "--max-states", str(s["judge_states"]), "--candidates", str(s["candidates"]), *sampling,
-        done_when=path("judge", "judge.json"))
+        "--sample-batch-size", str(s["sample_batch_size"]), done_when=path("judge", "judge.json"))
     run("-m", "colbench.report", path("train.scored.jsonl"), "--critic", path("critic_reference"),
         "--policy", path("policy_sweet"), "--out", path("report.html"), done_when=path("report.html"))
 

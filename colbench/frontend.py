@@ -49,7 +49,7 @@ NAMED_COLORS = {
 def color_distance(a, b):
     """A cheap perceptual distance between two RGB triples ('redmean'), 0 to about 765."""
     mean_red = (a[0] + b[0]) / 2
-    dr, dg, db = (a[i] - b[i] for i in range(3))
+    dr, dg, db = a[0] - b[0], a[1] - b[1], a[2] - b[2]
     return ((2 + mean_red / 256) * dr * dr + 4 * dg * dg + (2 + (255 - mean_red) / 256) * db * db) ** 0.5
 
 
@@ -392,6 +392,12 @@ def win_rate(rewards, other_rewards):
     for task_id in sorted(set(rewards) & set(other_rewards)):
         mine = round(sum(rewards[task_id]) / len(rewards[task_id]), 6)
         theirs = round(sum(other_rewards[task_id]) / len(other_rewards[task_id]), 6)
-        wins, ties, losses = wins + (mine > theirs), ties + (mine == theirs), losses + (mine < theirs)
+        if mine > theirs:
+            wins += 1
+        elif mine == theirs:
+            ties += 1
+        else:
+            losses += 1
     matched = wins + ties + losses
-    return ((wins + 0.5 * ties) / matched if matched else None), wins, ties, losses
+    rate = (wins + 0.5 * ties) / matched if matched else None
+    return rate, wins, ties, losses

@@ -95,15 +95,17 @@ def autocast(device, dtype):
 
 
 def load_model(name=None, trainable=False, device=None, dtype=None):
-    """(model, tokenizer) for a causal LM; frozen unless `trainable`. Default dtype: bf16 on CUDA,
-    fp32 on CPU (training there keeps fp32 master weights and autocasts to bf16)."""
+    """(model, tokenizer) for a causal LM; frozen unless `trainable`. Default dtype: fp32 for a model
+    to train (master weights; the forward passes autocast to bf16 where chosen) and on CPU, bf16 for a
+    frozen model on CUDA."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = resolve_model(name)
     device = device or default_device()
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dtype = dtype or (torch.bfloat16 if device == "cuda" else torch.float32)
+    if dtype is None:
+        dtype = torch.bfloat16 if device == "cuda" and not trainable else torch.float32
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
     model.train(trainable)
     model.requires_grad_(trainable)
@@ -234,14 +236,18 @@ class LocalChat:
 
 
 def generate(model, tokenizer, prompts, max_new_tokens, temperature, shrinking_batch=True):
-    """Batched sampling (left padding; greedy at temperature 0, else plain sampling: top_p 1, top_k 0)
-    -> (texts, generated token counts). Runs `sample_shrinking_batch`, where a finished reply stops
-    costing compute; shrinking_batch=False runs `sample_plain` (transformers' `model.generate`), the
-    definition the fast path is tested against."""
-    tokenizer.padding_side = "left"
-    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-    sample = sample_shrinking_batch if shrinking_batch else sample_plain
-    rows = sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens, temperature, tokenizer.eos_token_id)
+    """Batched sampling (greedy at temperature 0, else plain sampling: top_p 1, top_k 0) -> (texts,
+    generated token counts). Runs `sample_shrinking_batch`, where a shared beginning is encoded once and
+    a finished reply stops costing compute; shrinking_batch=False runs `sample_plain` (transformers'
+    `model.generate` on a left-padded batch), the definition the fast path is tested against."""
+    if shrinking_batch:
+        prompt_ids = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
+        rows = sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, tokenizer.eos_token_id)
+    else:
+        tokenizer.padding_side = "left"
+        batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+        rows = sample_plain(model, batch["input_ids"], batch["attention_mask"], max_new_tokens, temperature,
+                            tokenizer.eos_token_id)
     return [tokenizer.decode(row, skip_special_tokens=True).strip() for row in rows], [len(row) for row in rows]
 
 
@@ -249,7 +255,10 @@ def generate(model, tokenizer, prompts, max_new_tokens, temperature, shrinking_b
 def sample_plain(model, input_ids, attention_mask, max_new_tokens, temperature, eos_token_id):
     """The new token ids of each left-padded prompt, by `model.generate`: a row ends with its first
     end-of-turn token, or after max_new_tokens. The batch runs until its longest reply ends."""
-    sampling = dict(do_sample=True, temperature=temperature, top_p=1.0, top_k=0) if temperature > 0 else dict(do_sample=False)
+    if temperature > 0:
+        sampling = dict(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+    else:
+        sampling = dict(do_sample=False)
     # Padding after a finished reply is cut off below, so the end-of-turn id serves as the pad id.
     output = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
                             pad_token_id=eos_token_id, eos_token_id=eos_token_id, **sampling)
@@ -260,20 +269,41 @@ def sample_plain(model, input_ids, attention_mask, max_new_tokens, temperature, 
 
 
 @torch.no_grad()
-def sample_shrinking_batch(model, input_ids, attention_mask, max_new_tokens, temperature, eos_token_id):
-    """sample_plain's rows, the fast way: a sampling loop over a KV cache in which a row that ends its
-    reply leaves the batch, its cached keys and values with it, so only unfinished replies cost compute.
-    Greedy decoding gives sample_plain's tokens (up to the rounding of smaller batches); sampling draws
-    from the same distribution with its own random stream. The model's generation_config is not read."""
-    rows = [[] for _ in range(len(input_ids))]
-    live = list(range(len(input_ids)))  # the prompt each batch row belongs to
-    # Left padding: a row's positions count its own tokens from 0, as model.generate numbers them.
-    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    inputs, cache = input_ids, None
-    for _ in range(max_new_tokens):
-        output = model(input_ids=inputs, attention_mask=attention_mask, position_ids=positions,
-                       past_key_values=cache, use_cache=True, logits_to_keep=1)
-        cache, logits = output.past_key_values, output.logits[:, -1].float()
+def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, eos_token_id):
+    """sample_plain's rows, the fast way, for prompts given as id lists. The prompts' common beginning
+    (a system prompt) is encoded once, and each distinct prompt once (policy.py samples n replies to
+    each); their KV cache is then copied to every row. In the sampling loop a row that ends its reply
+    leaves the batch, its cached keys and values with it, so only unfinished replies cost compute.
+    Greedy decoding gives sample_plain's tokens (up to float rounding); sampling draws from the same
+    distribution with its own random stream. The model's generation_config is not read."""
+    device = next(model.parameters()).device
+    distinct = list(dict.fromkeys(tuple(ids) for ids in prompt_ids))
+    row_prompt = torch.tensor([distinct.index(tuple(ids)) for ids in prompt_ids], device=device)
+    # The beginning every distinct prompt shares, encoded once; each keeps one token of its own at least.
+    shared = min(len(ids) for ids in distinct) - 1
+    while any(ids[:shared] != distinct[0][:shared] for ids in distinct):
+        shared -= 1
+    cache = None
+    if shared:
+        cache = model(input_ids=torch.tensor([distinct[0][:shared]], device=device), use_cache=True).past_key_values
+        cache.batch_repeat_interleave(len(distinct))
+    # The rest of each distinct prompt, left-padded after the shared beginning; positions count real tokens.
+    rests = [list(ids[shared:]) for ids in distinct]
+    longest = max(len(rest) for rest in rests)
+    input_ids = torch.tensor([[0] * (longest - len(rest)) + rest for rest in rests], device=device)
+    rest_mask = torch.tensor([[0] * (longest - len(rest)) + [1] * len(rest) for rest in rests], device=device)
+    attention_mask = torch.cat([rest_mask.new_ones(len(rests), shared), rest_mask], dim=-1)
+    positions = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
+    output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                   past_key_values=cache, use_cache=True, logits_to_keep=1)
+    # Every row starts from its prompt's cache.
+    cache = output.past_key_values
+    cache.batch_select_indices(row_prompt)
+    logits = output.logits[row_prompt, -1].float()
+    attention_mask, positions = attention_mask[row_prompt], positions[row_prompt, -1:]
+    rows = [[] for _ in prompt_ids]
+    live = list(range(len(prompt_ids)))  # the prompt each batch row belongs to
+    for step in range(max_new_tokens):
         if temperature > 0:
             next_tokens = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1).squeeze(-1)
         else:
@@ -288,9 +318,13 @@ def sample_shrinking_batch(model, input_ids, attention_mask, max_new_tokens, tem
             cache.batch_select_indices(keep)
             live = [live[i] for i in keep.tolist()]
             next_tokens, attention_mask, positions = next_tokens[keep], attention_mask[keep], positions[keep]
-        inputs = next_tokens.unsqueeze(-1)
+        if step == max_new_tokens - 1:
+            break
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(live), 1)], dim=-1)
-        positions = positions[:, -1:] + 1
+        positions = positions + 1
+        output = model(input_ids=next_tokens.unsqueeze(-1), attention_mask=attention_mask, position_ids=positions,
+                       past_key_values=cache, use_cache=True)
+        cache, logits = output.past_key_values, output.logits[:, -1].float()
     return rows
 
 

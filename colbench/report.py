@@ -12,7 +12,8 @@ import argparse
 import html
 import os
 
-from colbench.data import load_trajectories, read_jsonl
+from colbench.cli import fail, positive_int
+from colbench.data import DataError, load_trajectories, read_jsonl
 
 
 def svg_plot(points, title, width=360, height=160):
@@ -112,15 +113,20 @@ def main():
     parser.add_argument("--critic", help="critic folder: advantages.jsonl shades the turns, log.jsonl is plotted")
     parser.add_argument("--policy", help="policy folder: its log.jsonl is plotted")
     parser.add_argument("--out", default="runs/report.html", help="the HTML file to write")
-    parser.add_argument("--max-dialogues", type=int, default=40, help="dialogues shown at most")
+    parser.add_argument("--max-dialogues", type=positive_int, default=40, help="dialogues shown at most")
     args = parser.parse_args()
     advantage_rows, logs = [], []
-    if args.critic and os.path.exists(os.path.join(args.critic, "advantages.jsonl")):
-        advantage_rows = [row for _, row in read_jsonl(os.path.join(args.critic, "advantages.jsonl"), allow_empty=True)]
+    try:
+        trajectories = load_trajectories(args.scored)
+        if args.critic and os.path.exists(os.path.join(args.critic, "advantages.jsonl")):
+            advantages = read_jsonl(os.path.join(args.critic, "advantages.jsonl"), allow_empty=True)
+            advantage_rows = [row for _, row in advantages]
+    except DataError as e:
+        fail(e)
     for label, folder in (("critic", args.critic), ("policy", args.policy)):
         if folder and os.path.exists(os.path.join(folder, "log.jsonl")):
             logs.append((label, os.path.join(folder, "log.jsonl")))
-    write_report(args.out, load_trajectories(args.scored), advantage_rows, logs, args.max_dialogues)
+    write_report(args.out, trajectories, advantage_rows, logs, args.max_dialogues)
     print(f"report -> {args.out}")
 
 

@@ -1,6 +1,6 @@
 """Scripted dialogues that warm-start the embedded model: the demo's stand-in for instruction tuning.
 
-    python -m colbench.warmstart runs/demo/train_tasks.jsonl --out runs/demo/warmstart.traj.jsonl
+    python -m colbench.warmstart runs/demo/warm_tasks.jsonl --out runs/demo/warmstart.traj.jsonl
     python policy.py runs/demo/warmstart.traj.jsonl --method sft --out runs/demo/warm   # the starting policy
 
 The paper's starting policy (Llama-3.1-8B-Instruct) already followed ColBench's protocol; the
