@@ -474,6 +474,42 @@ def advantage_rows(trajectories, advantages, views):
     return rows
 
 
+def pairs_split_by_task(trajectories, args, rng):
+    """The preference pairs of the trajectories that have agent turns, split by task: (train, held out).
+    Prints what was used; no pairs at all is bad input."""
+    with_turns = [t for t in trajectories if any(turn["role"] == "assistant" for turn in t["dialogue_history"])]
+    pairs = preference_pairs(with_turns, args.min_reward_gap, args.pairing)
+    if not pairs:
+        fail(f"no pairs: no two trajectories of one task have rewards that differ by at least "
+             f"{args.min_reward_gap} under --pairing {args.pairing} ({len(trajectories)} trajectories). "
+             "The critic needs contrast.")
+    train_pairs, eval_pairs = split_by_task(pairs, args.eval_fraction, rng)
+    tasks = {chosen["task_id"] for chosen, _ in pairs}
+    eval_tasks = {chosen["task_id"] for chosen, _ in eval_pairs}
+    used = {key(t) for pair in pairs for t in pair}
+    print(f"{len(trajectories)} trajectories, {len(with_turns)} with agent turns; used: {len(tasks)} tasks, "
+          f"{len(used)} trajectories, {len(pairs)} pairs -> train {len(tasks) - len(eval_tasks)} tasks / "
+          f"{len(train_pairs)} pairs, held out {len(eval_tasks)} tasks / {len(eval_pairs)} pairs", flush=True)
+    if not eval_pairs:
+        print(f"note: --eval-fraction {args.eval_fraction} leaves no held-out task ({len(tasks)} paired tasks): "
+              "no held-out accuracy, no advantages.jsonl lines")
+    return train_pairs, eval_pairs
+
+
+def save(out, model, weights, tokenizer, args, base_model, metrics, advantages):
+    """The critic's folder: the model (loadable by load_critic), args.json with the base model's
+    path (π_ref), metrics.json, and the held-out turns' advantages."""
+    model.eval()
+    model.save_pretrained(out, state_dict=weights)
+    tokenizer.save_pretrained(out)
+    with open(os.path.join(out, "args.json"), "w") as f:
+        base_path = os.path.abspath(base_model) if os.path.isdir(base_model) else base_model  # a folder, or a hub id
+        json.dump(dict(vars(args), model_path=base_path), f, indent=1)
+    with open(os.path.join(out, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=1)
+    write_jsonl(os.path.join(out, "advantages.jsonl"), advantages)
+
+
 def main(args):
     rank, world = distributed.init()  # torchrun: this process's rank and the number of processes
     out = args.out or default_output(args.scored, ".critic")
@@ -490,23 +526,11 @@ def main(args):
             fail(f"{args.scored}: trajectory {t['task_id']}/{t['sample_idx']} has no numeric 'reward'; "
                  "score the file with evaluate.py first")
 
-    # Pairs of trajectories of one task, split by task.
-    with_turns = [t for t in trajectories if any(turn["role"] == "assistant" for turn in t["dialogue_history"])]
-    pairs = preference_pairs(with_turns, args.min_reward_gap, args.pairing)
-    if not pairs:
-        fail(f"no pairs: no two trajectories of one task have rewards that differ by at least "
-             f"{args.min_reward_gap} under --pairing {args.pairing} ({len(trajectories)} trajectories). "
-             "The critic needs contrast.")
-    train_pairs, eval_pairs = split_by_task(pairs, args.eval_fraction, rng)
+    train_pairs, eval_pairs = pairs_split_by_task(trajectories, args, rng)
+    pairs = train_pairs + eval_pairs
     tasks = {chosen["task_id"] for chosen, _ in pairs}
     eval_tasks = {chosen["task_id"] for chosen, _ in eval_pairs}
     used = list({key(t): t for pair in pairs for t in pair}.values())  # the paired trajectories, each once
-    print(f"{len(trajectories)} trajectories, {len(with_turns)} with agent turns; used: {len(tasks)} tasks, "
-          f"{len(used)} trajectories, {len(pairs)} pairs -> train {len(tasks) - len(eval_tasks)} tasks / "
-          f"{len(train_pairs)} pairs, held out {len(eval_tasks)} tasks / {len(eval_pairs)} pairs", flush=True)
-    if not eval_pairs:
-        print(f"note: --eval-fraction {args.eval_fraction} leaves no held-out task ({len(tasks)} paired tasks): "
-              "no held-out accuracy, no advantages.jsonl lines")
 
     # The critic: fp32 master weights, forward passes in `dtype`.
     device = default_device()
@@ -535,20 +559,12 @@ def main(args):
     weights = distributed.full_state_dict(model)  # torchrun --fsdp: every rank sends its shards to rank 0
     if rank > 0:
         return  # torchrun: rank 0 alone writes the outputs
-    model.eval()
-    model.save_pretrained(out, state_dict=weights)
-    tokenizer.save_pretrained(out)
-    with open(os.path.join(out, "args.json"), "w") as f:
-        base_path = os.path.abspath(base_model) if os.path.isdir(base_model) else base_model  # a folder, or a hub id
-        json.dump(dict(vars(args), model_path=base_path), f, indent=1)
     metrics = {"tasks": len(tasks), "trajectories": len(used), "pairs": len(pairs),
                "train_tasks": len(tasks) - len(eval_tasks), "train_pairs": len(train_pairs),
                "eval_tasks": len(eval_tasks), "eval_pairs": len(eval_pairs), "eval_task_ids": sorted(eval_tasks),
                "steps": steps, "before": before, "after": after}
-    with open(os.path.join(out, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=1)
     held_out = [t for t in used if t["task_id"] in eval_tasks]
-    write_jsonl(os.path.join(out, "advantages.jsonl"), advantage_rows(held_out, advantages, views))
+    save(out, model, weights, tokenizer, args, base_model, metrics, advantage_rows(held_out, advantages, views))
     summary = "no held-out pairs"
     if after:
         summary = (f"held-out pair accuracy {before['pair_accuracy']:.3f} -> {after['pair_accuracy']:.3f} "

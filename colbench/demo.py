@@ -36,7 +36,7 @@ from colbench.stats import bootstrap_mean_ci
 # hidden constants), three agent turns, short replies.
 SETTINGS = {
     "demo": dict(rl_tasks=45, samples=5, test_samples=7, max_turns=3, max_new_tokens=64, temperature=0.7,
-                 warm_lr=5e-5, critic_epochs=1, critic_lr=5e-5, candidates=6, pairs_per_turn=2, data_fraction=0.07,
+                 warm_lr=5e-5, critic_epochs=1, critic_lr=1e-4, candidates=6, pairs_per_turn=2, data_fraction=0.07,
                  policy_lr=5e-6, beta=1.0, nll_coef=1.0, judge_states=15, methods=["sweet"],
                  # dialogues per batched rollout step; sampled sequences per generate call (policy, judge):
                  # on 2 cores 64 rows sample ~2x the tokens/s of 16 (a batch shrinks as replies end)
