@@ -51,11 +51,11 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
                           positive_int)
-from colbench.data import DataError, default_output, load_trajectories, task_kind, write_jsonl
+from colbench.data import DataError, default_output, load_trajectories, succeeded, task_kind, write_jsonl
 from colbench.stats import bootstrap_mean_ci, spearman
 from colbench.env import agent_messages
 from colbench.models import (DTYPES, autocast, compute_dtype, default_device, describe_dtype, load_model, resolve_model,
-                             sequence_logps, shared_prefix_logps, tokenize_turns)
+                             sequence_logps, shared_prefix_logps, shares_prefix, tokenize_turns)
 
 PAIRINGS = ("all", "official")  # the rules of preference_pairs
 MIN_LENGTH = 32  # --max-length floor: fewer tokens cannot hold the prompt's chat markup, let alone a dialogue
@@ -161,12 +161,6 @@ def pair_outcomes(margins):
 
 def pair_accuracy(margins):
     return pair_outcomes(margins).mean().item()
-
-
-def succeeded(trajectory):
-    """Success as evaluate.py records it (backend: every test passed); a file without `success` counts a
-    reward of 1.0 as success."""
-    return trajectory.get("success", trajectory["reward"] >= 1.0)
 
 
 OFFICIAL_FRONTEND_GAP = 0.1  # the official frontend scripts skip pairs whose CLIP rewards are closer
@@ -313,12 +307,6 @@ def keys_by_task(keys):
     return grouped
 
 
-def shares_prefix(args):
-    """Whether one task's trajectories continue one KV cache of their common beginning. Not under FSDP or
-    activation checkpointing: neither can backpropagate into a cache that an earlier forward pass made."""
-    return not (args.fsdp or args.gradient_checkpointing)
-
-
 def task_logps(model, views, keys, share_prefix=True):
     """{key: [len - 1] token log-probs} of one task's trajectories. They begin alike (system prompt, c,
     the problem): with `share_prefix` that beginning is encoded once (shared_prefix_logps), else each
@@ -441,14 +429,13 @@ def train(model, views, train_pairs, args, rng, log_path, dtype, rank, world):
     pairs_of = {}  # task_id -> its training pairs
     for pair in train_pairs:
         pairs_of.setdefault(pair[0]["task_id"], []).append(pair)
-    step, steps = 0, None
+    step = 0
     with open(log_path if rank == 0 else os.devnull, "w") as log:  # torchrun: rank 0 alone writes
         for epoch in range(args.epochs):
             order = list(pairs_of)
             rng.shuffle(order)
-            batches = task_batches(order, pairs_of, args.batch_size)
-            steps = steps or len(batches) * args.epochs
-            for batch in batches:
+            batches = task_batches(order, pairs_of, args.batch_size)  # their number varies with the order
+            for batch_number, batch in enumerate(batches, 1):
                 started = time.time()
                 scored = train_step(model, optimizer, views, {task_id: pairs_of[task_id] for task_id in batch},
                                     args, dtype, rank, world)
@@ -456,10 +443,10 @@ def train(model, views, train_pairs, args, rng, log_path, dtype, rank, world):
                 record = {"step": step, "epoch": epoch + 1, **step_statistics(scored, args.beta, time.time() - started)}
                 log.write(json.dumps(record) + "\n")
                 log.flush()
-                print(f"step {step}/{steps} epoch {epoch + 1} | loss {record['loss']:.4f} | "
-                      f"pair acc {record['pair_accuracy']:.2f} | margin {record['margin']:+.4f} | chosen "
-                      f"{record['chosen_score']:+.4f} rejected {record['rejected_score']:+.4f} | "
-                      f"{record['tokens_per_s']:.0f} tok/s", flush=True)
+                print(f"step {step} (epoch {epoch + 1}/{args.epochs}, batch {batch_number}/{len(batches)}) | "
+                      f"loss {record['loss']:.4f} | pair acc {record['pair_accuracy']:.2f} | "
+                      f"margin {record['margin']:+.4f} | chosen {record['chosen_score']:+.4f} "
+                      f"rejected {record['rejected_score']:+.4f} | {record['tokens_per_s']:.0f} tok/s", flush=True)
     return step
 
 

@@ -54,7 +54,7 @@ from tqdm import tqdm
 
 from colbench import frontend
 from colbench.cli import fail, positive_float, positive_int
-from colbench.data import DataError, default_output, load_trajectories, task_kind, write_jsonl
+from colbench.data import DataError, default_output, load_trajectories, succeeded, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER
 from colbench.render import ChromiumMissing
 from colbench.sandbox import Sandbox
@@ -311,14 +311,13 @@ def summarize(records):
         return summary
     summary = {"trajectories": len(records), "tasks": len(by_task),
                "mean_tests_passed_pct": pct(r["reward"] for r in records),
-               "success_rate_pct": pct(bool(r.get("success", r["reward"] == 1)) for r in records)}
+               "success_rate_pct": pct(succeeded(r) for r in records)}
     sizes = sorted({len(samples) for samples in by_task.values()})
     if sizes[-1] > 1:
         summary["best_of_k"] = {
             "k": sizes[0] if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}",
             "tests_passed_pct": pct(max(r["reward"] for r in s) for s in by_task.values()),
-            "success_rate_pct": pct(any(r.get("success", r["reward"] == 1) for r in s)
-                                    for s in by_task.values())}
+            "success_rate_pct": pct(any(succeeded(r) for r in s) for s in by_task.values())}
     summary["failures"] = dict(collections.Counter(r["failure"] for r in records if r.get("failure")))
     broken = {(r["task_id"], name): reason
               for r in records for name, reason in r.get("broken_tests", {}).items()}

@@ -13,7 +13,7 @@ With --sampler URL the sampling phase runs on an OpenAI-compatible server (vLLM 
 --candidates replies per request (OpenAI's `n`; a server that returns fewer is asked once per
 missing reply), many requests at once, with the retries of colbench.models.EndpointChat.
 In training, a pair's prompt is encoded once and both replies continue from its KV cache (not with
---fsdp or --gradient-checkpointing: `shares_prompt` says why).
+--fsdp or --gradient-checkpointing: `shares_prefix` says why).
 --method mt-dpo (Multi-Turn DPO baseline): whole trajectories of one task paired by reward with
 critic.py's pairing rule (--pairing), log-probs summed over all agent turns, the same loss.
 --method rft (Rejection Fine-Tuning baseline): supervised fine-tuning on the agent turns of the
@@ -70,11 +70,12 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.cli import (at_least, fail, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                           require_server, server_url)
-from colbench.data import DataError, default_output, load_trajectories, task_kind, write_jsonl
+from colbench.data import DataError, default_output, load_trajectories, succeeded, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER, PROMPT_STYLES, agent_messages
 from colbench.models import (DTYPES, EndpointChat, autocast, chat_text, compute_dtype, default_device, describe_dtype,
-                             generate, load_model, plain_messages, sequence_logps, shared_prefix_logps, tokenize_turns)
-from critic import PAIRINGS, load_critic, preference_pairs, score_candidates, succeeded
+                             generate, load_model, plain_messages, sequence_logps, shared_prefix_logps, shares_prefix,
+                             tokenize_turns)
+from critic import PAIRINGS, load_critic, preference_pairs, score_candidates
 
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -316,13 +317,6 @@ def agent_turn_sequences(tokenizer, trajectory, args):
     return sequences
 
 
-def shares_prompt(args):
-    """Whether the sequences of a pair continue one KV cache of their prompt. Not under FSDP or activation
-    checkpointing: neither can backpropagate into a cache that an earlier forward pass made (FSDP frees
-    each layer's gathered weights after its forward; checkpointing recomputes layers without the cache)."""
-    return not (args.fsdp or args.gradient_checkpointing)
-
-
 def completion_logps(model, sequences, share_prompt=True):
     """Summed log-probs of the completion tokens (the spans) of sequences that begin alike, and how
     many tokens were scored and processed: [n], [n], int. One reply each for sweet; for mt-dpo and
@@ -355,7 +349,7 @@ def pair_logps(model, example, share_prompt=True):
 @torch.no_grad()
 def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1, share_prompt=True):
     """The frozen reference policy pi_ref = the policy before training: its log-probs, computed once,
-    the way training computes the policy's (`share_prompt`, see shares_prompt)."""
+    the way training computes the policy's (`share_prompt`, see shares_prefix)."""
     model.eval()
     mine = []
     # torchrun: each rank takes a share, then all share all; padded (weight 0): FSDP needs all ranks in each forward
@@ -373,10 +367,10 @@ def add_reference_logps(model, examples, dtype=torch.float32, rank=0, world=1, s
 def example_loss(model, example, args):
     """The loss of one pair (rft: one trajectory), its statistics, and the tokens processed."""
     if args.method in ("rft", "sft"):
-        logps, counts, tokens = completion_logps(model, example["completion"], shares_prompt(args))
+        logps, counts, tokens = completion_logps(model, example["completion"], shares_prefix(args))
         nll = -logps.sum() / counts.sum()  # the mean over the trajectory's agent tokens
         return nll, {"nll": nll.item()}, tokens
-    logps, counts, tokens = pair_logps(model, example, shares_prompt(args))  # [2] each: chosen, rejected
+    logps, counts, tokens = pair_logps(model, example, shares_prefix(args))  # [2] each: chosen, rejected
     chosen_logps, rejected_logps = logps[:1], logps[1:]
     reference_chosen = torch.tensor([example["reference_chosen_logps"]], device=logps.device)
     reference_rejected = torch.tensor([example["reference_rejected_logps"]], device=logps.device)
@@ -497,7 +491,7 @@ def main(args):
     else:
         examples = [reply_pair_example(tokenizer, row) for row in rows]
     if args.method not in ("rft", "sft"):
-        add_reference_logps(model, examples, dtype, rank, world, shares_prompt(args))
+        add_reference_logps(model, examples, dtype, rank, world, shares_prefix(args))
     start = time.time()
     # The training order has its own seed, so every torchrun rank draws the same one.
     history = train(trained, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), dtype, rank,

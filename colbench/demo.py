@@ -29,8 +29,11 @@ import subprocess
 import sys
 import time
 
+import torch
+
 from colbench.data import load_tasks, load_trajectories, write_jsonl
 from colbench.stats import bootstrap_mean_ci
+from critic import pair_outcomes
 
 # Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with
 # hidden constants), three agent turns, short replies.
@@ -68,11 +71,9 @@ def run(*command, done_when):
     print(f"[{time.time() - started:.0f} s]", flush=True)
 
 
-def easy_tasks(source, path):
-    """The easy-tier tasks of a shipped task file, written to `path`."""
-    if not os.path.exists(path):
-        write_jsonl(path, [t for t in load_tasks(source) if t.get("tier") == "easy"])
-    return path
+def easy_tier(source):
+    """The easy-tier tasks of a shipped task file."""
+    return [t for t in load_tasks(source) if t.get("tier") == "easy"]
 
 
 def main():
@@ -95,12 +96,12 @@ def main():
 
     # The easy training tasks, split in two: a third for the RL data, the rest for the warm start. The
     # warm start memorizes its tasks' constants, so RL data on them would not show what asking is worth.
-    training = [t for t in load_tasks("colbench/tasks/backend_train.jsonl") if t.get("tier") == "easy"]
-    warm_tasks, rl_tasks = path("warm_tasks.jsonl"), path("train_tasks.jsonl")
-    if not os.path.exists(rl_tasks):
+    warm_tasks, rl_tasks, test = path("warm_tasks.jsonl"), path("train_tasks.jsonl"), path("test_tasks.jsonl")
+    if not os.path.exists(test):  # written last: once it exists, all three do
+        training = easy_tier("colbench/tasks/backend_train.jsonl")
         write_jsonl(warm_tasks, [t for i, t in enumerate(training) if i % 3])
         write_jsonl(rl_tasks, [t for i, t in enumerate(training) if i % 3 == 0][: s["rl_tasks"]])
-    test = easy_tasks("colbench/tasks/backend_test.jsonl", path("test_tasks.jsonl"))
+        write_jsonl(test, easy_tier("colbench/tasks/backend_test.jsonl"))
     sampling = ["--max-turns", str(s["max_turns"]), "--max-new-tokens", str(s["max_new_tokens"]),
                 "--temperature", str(s["temperature"])]
 
@@ -198,20 +199,19 @@ def collect(out, agents, critics, minutes):
         label = "success_diff_ci95" if method == "sweet" else f"success_diff_ci95_{method}"
         results[label] = list(bootstrap_mean_ci(difference))
     results["critic"] = {}
-    pair_outcomes, pair_tasks = {}, {}  # critic -> each held-out pair's outcome (1 right, 0.5 tie, 0 wrong); task
+    right, pair_tasks = {}, {}  # critic -> each held-out pair's outcome (1 right, 0.5 tie, 0 wrong); its task
     for critic in critics:
         metrics = read_json(os.path.join(out, f"critic_{critic}", "metrics.json"))
         results["critic"][critic] = {"pair_accuracy": metrics["after"].get("pair_accuracy"),
                                      "pairs": metrics["eval_pairs"], "ci95": metrics["after"].get("pair_accuracy_ci95"),
                                      "tasks": metrics["eval_tasks"]}
-        pair_outcomes[critic] = [float(m > 0) + 0.5 * float(m == 0) for m in metrics["after"]["margins"]]
+        right[critic] = pair_outcomes(torch.tensor(metrics["after"]["margins"])).tolist()
         pair_tasks[critic] = metrics["after"]["pair_task_ids"]
     # What c is worth: pair accuracy with c minus without, on the same held-out pairs, tasks resampled.
     if pair_tasks["reference"] != pair_tasks["no_reference"]:
         raise SystemExit("the two critics held out different pairs: were they trained with the same --seed?")
     gain = {}
-    for task_id, with_c, without_c in zip(pair_tasks["reference"], pair_outcomes["reference"],
-                                           pair_outcomes["no_reference"]):
+    for task_id, with_c, without_c in zip(pair_tasks["reference"], right["reference"], right["no_reference"]):
         gain.setdefault(task_id, []).append(with_c - without_c)
     results["critic_gain_ci95"] = list(bootstrap_mean_ci(gain))
     judge = read_json(os.path.join(out, "judge", "judge.json"))

@@ -190,6 +190,14 @@ def sequence_logps(model, sequences):
     return [row[: len(ids) - 1] for row, ids in zip(logps, sequences)]
 
 
+def shares_prefix(args):
+    """Whether training may run `shared_prefix_logps` (sequences that continue one KV cache of their
+    common beginning). Not under --fsdp or --gradient-checkpointing: neither can backpropagate into a
+    cache an earlier forward pass made (FSDP frees each layer's gathered weights after its forward;
+    checkpointing recomputes layers without the cache)."""
+    return not (args.fsdp or args.gradient_checkpointing)
+
+
 def shared_prefix_logps(model, sequences, scored_from):
     """sequence_logps of id lists that begin alike, the fast way: their common prefix is encoded once
     and its KV cache serves every sequence (gradients flow through it). Tokens from index

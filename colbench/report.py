@@ -62,9 +62,10 @@ def shade(advantage, scale):
 
 
 def dialogue_html(trajectory, advantages, scale):
-    reward = trajectory.get("reward")
+    reward = "None" if trajectory.get("reward") is None else f"{trajectory['reward']:.2f}"
+    success = " ✔" if trajectory.get("success") else ""
     head = (f"<h3>{html.escape(str(trajectory['task_id']))} · sample {trajectory['sample_idx']} · "
-            f"reward {reward if reward is None else f'{reward:.2f}'}{' ✔' if trajectory.get('success') else ''}</h3>")
+            f"reward {reward}{success}</h3>")
     turns, agent_turn = [], 0
     for message in trajectory["dialogue_history"]:
         advantage = None
