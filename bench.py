@@ -241,7 +241,8 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
                   {"role": "user", "content": words(prompt_tokens, rng)}]
         rows.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": words(reply_tokens, rng)}],
                      "rejected": [{"role": "assistant", "content": words(reply_tokens, rng)}]})
-    settings = argparse.Namespace(method="sweet", lr=5e-6, epochs=1, batch_size=batch_size, beta=0.1, nll_coef=0.01)
+    settings = argparse.Namespace(method="sweet", lr=5e-6, epochs=1, batch_size=batch_size, beta=0.1, nll_coef=0.01,
+                                  fsdp=False, gradient_checkpointing=False)
 
     torch.manual_seed(0)
     model, tokenizer = load_model(None, trainable=True)
@@ -462,6 +463,24 @@ def dialogue_of_length(tokenizer, task, length, rng):
     return dialogue + [{"role": "assistant", "content": tokenizer.decode(filler)}]
 
 
+def peak_resident_kib(child, every_s=0.05):
+    """The peak resident memory (KiB) of a running child, read from its /proc/PID/status (VmHWM, the
+    high-water mark of the memory the child itself mapped since its exec) until it exits. Not
+    os.wait4's ru_maxrss: a child forked from this process starts with this process's resident size
+    as its maximum (Linux carries it across exec), so a large bench.py would hide a small child."""
+    peak = 0
+    while child.poll() is None:
+        try:
+            with open(f"/proc/{child.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]))
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            pass  # the child is exiting
+        time.sleep(every_s)
+    return peak
+
+
 def bench_critic_peak_gb(length=1024):
     """Peak resident memory of critic.py on one pair of `length`-token dialogues, without and with
     gradient checkpointing: {name: GB}."""
@@ -486,11 +505,11 @@ def bench_critic_peak_gb(length=1024):
                 command = [sys.executable, os.path.join(HERE, "critic.py"), scored, "--out", os.path.join(tmp, name),
                            "--epochs", "1", "--eval-fraction", "0", "--max-length", str(max(lengths)), *extra]
                 child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-                _, status, usage = os.wait4(child.pid, 0)  # this child's own peak, not any earlier child's
-            if status != 0:
+                peak_kib = peak_resident_kib(child)
+            if child.returncode != 0:
                 with open(os.path.join(tmp, f"{name}.log")) as log:
                     raise SystemExit(f"critic.py failed:\n{log.read()[-2000:]}")
-            peaks[name] = round(usage.ru_maxrss * 1024 / 1e9, 2)  # ru_maxrss is in KiB on Linux
+            peaks[name] = round(peak_kib * 1024 / 1e9, 2)
             print(f"  {' '.join(extra) or 'plain'}: peak {peaks[name]:.2f} GB (target <= 5 GB)")
     return peaks
 

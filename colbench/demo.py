@@ -124,13 +124,18 @@ def main():
             "--epochs", str(s["critic_epochs"]), "--lr", str(s["critic_lr"]), "--eval-fraction", "0.5",
             "--max-length", "1024", *CRITICS[critic], done_when=path(f"critic_{critic}", "metrics.json"))
     # 3. The policy: SWEET-RL (and the baselines in the experiment), all from the starting policy.
+    # SWEET-RL samples and ranks candidates at the turn states of a fraction of the offline data (the time
+    # budget); the baselines, which sample nothing, train on all of it.
     for method in s["methods"]:
         stage_method, critic = METHODS[method]
-        ranking = ["--critic", path(f"critic_{critic}")] if critic else []
-        run("policy.py", path("train.scored.jsonl"), "--model", path("warm"), "--method", stage_method, *ranking,
-            "--out", path(f"policy_{method}"),
+        if critic:
+            method_flags = ["--critic", path(f"critic_{critic}"), "--data-fraction", str(s["data_fraction"])]
+        else:
+            method_flags = []
+        run("policy.py", path("train.scored.jsonl"), "--model", path("warm"), "--method", stage_method,
+            *method_flags, "--out", path(f"policy_{method}"),
             "--candidates", str(s["candidates"]), "--pairs-per-turn", str(s["pairs_per_turn"]),
-            "--data-fraction", str(s["data_fraction"]), "--lr", str(s["policy_lr"]), "--beta", str(s["beta"]),
+            "--lr", str(s["policy_lr"]), "--beta", str(s["beta"]),
             "--nll-coef", str(s["nll_coef"]), "--last-turn-twins", *sampling,
             "--sample-batch-size", str(s["sample_batch_size"]),
             done_when=path(f"policy_{method}", "config.json"))
