@@ -50,8 +50,8 @@ from tqdm import tqdm
 
 from colbench import distributed
 from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
-                          positive_int)
-from colbench.data import DataError, default_output, load_trajectories, succeeded, task_kind, write_jsonl
+                          positive_int, trajectories_or_fail)
+from colbench.data import default_output, succeeded, task_kind, write_jsonl
 from colbench.stats import bootstrap_mean_ci, spearman
 from colbench.env import agent_messages
 from colbench.models import (DTYPES, autocast, compute_dtype, default_device, describe_dtype, load_model, resolve_model,
@@ -504,14 +504,7 @@ def main(args):
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    try:
-        trajectories = load_trajectories(args.scored)
-    except DataError as e:
-        fail(e)
-    for t in trajectories:
-        if not isinstance(t.get("reward"), (int, float)):
-            fail(f"{args.scored}: trajectory {t['task_id']}/{t['sample_idx']} has no numeric 'reward'; "
-                 "score the file with evaluate.py first")
+    trajectories = trajectories_or_fail(args.scored, rewards_for="the critic")
 
     train_pairs, eval_pairs = pairs_split_by_task(trajectories, args, rng)
     pairs = train_pairs + eval_pairs

@@ -53,8 +53,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from tqdm import tqdm
 
 from colbench import frontend
-from colbench.cli import fail, positive_float, positive_int
-from colbench.data import DataError, default_output, load_trajectories, succeeded, task_kind, write_jsonl
+from colbench.cli import fail, positive_float, positive_int, trajectories_or_fail
+from colbench.data import default_output, succeeded, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER
 from colbench.render import ChromiumMissing
 from colbench.sandbox import Sandbox
@@ -333,10 +333,7 @@ def main(argv=None):
     print(f"output: {out}" + (f", summary: {args.summary_json}" if args.summary_json else ""))
     if os.path.exists(out) and os.path.samefile(out, args.trajectories):
         fail("--out is the input file; evaluate.py never modifies its input")
-    try:
-        records = load_trajectories(args.trajectories)
-    except DataError as e:
-        fail(e)
+    records = trajectories_or_fail(args.trajectories)
 
     to_score = [r for r in records if not (args.keep_rewards and "reward" in r)]
     by_kind = collections.defaultdict(list)
@@ -373,10 +370,7 @@ def main(argv=None):
               f"{front['mean_cosine']:.4f}" + (f", best-of-k {front['best_of_k_cosine']:.4f}"
                                                if "best_of_k_cosine" in front else ""))
     if args.against:
-        try:
-            others = load_trajectories(args.against)
-        except DataError as e:
-            fail(e)
+        others = trajectories_or_fail(args.against)
         mine, theirs = collections.defaultdict(list), collections.defaultdict(list)
         for record in records:
             mine[record["task_id"]].append(record["reward"])

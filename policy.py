@@ -69,8 +69,8 @@ from tqdm import tqdm
 
 from colbench import distributed
 from colbench.cli import (at_least, fail, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
-                          require_server, server_url)
-from colbench.data import DataError, default_output, load_trajectories, succeeded, task_kind, write_jsonl
+                          require_server, server_url, trajectories_or_fail)
+from colbench.data import default_output, succeeded, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER, PROMPT_STYLES, agent_messages
 from colbench.models import (DTYPES, EndpointChat, autocast, chat_text, compute_dtype, default_device, describe_dtype,
                              generate, load_model, plain_messages, sequence_logps, shared_prefix_logps, shares_prefix,
@@ -428,12 +428,8 @@ def main(args):
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    try:
-        trajectories = load_trajectories(args.scored)
-    except DataError as e:
-        fail(e)
-    if args.method in ("mt-dpo", "rft") and not all(isinstance(t.get("reward"), (int, float)) for t in trajectories):
-        fail(f"{args.scored}: every trajectory needs a 'reward' for {args.method}: run evaluate.py first")
+    needs_rewards = args.method in ("mt-dpo", "rft")
+    trajectories = trajectories_or_fail(args.scored, rewards_for=args.method if needs_rewards else None)
     if args.data_fraction < 1.0:
         keep = max(1, round(args.data_fraction * len(trajectories)))
         trajectories = [trajectories[i] for i in sorted(rng.sample(range(len(trajectories)), keep))]

@@ -8,6 +8,8 @@ import argparse
 import math
 import sys
 
+from colbench.data import DataError, load_trajectories
+
 PROBE_ATTEMPTS, PROBE_TIMEOUT_S = 2, 3.0  # a start-up check: a dead URL is reported in seconds
 
 
@@ -15,6 +17,20 @@ def fail(message):
     """Stop on bad input as argparse does: `error: message` on stderr, exit status 2."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def trajectories_or_fail(path, rewards_for=None):
+    """load_trajectories(path), or one `error:` line naming the file, line and field (exit 2). With
+    `rewards_for` (what needs them), every trajectory must carry a numeric 'reward'."""
+    try:
+        trajectories = load_trajectories(path)
+    except DataError as e:
+        fail(e)
+    for t in trajectories if rewards_for else []:
+        if not isinstance(t.get("reward"), (int, float)):
+            fail(f"{path}: trajectory {t['task_id']}/{t['sample_idx']} has no numeric 'reward', which "
+                 f"{rewards_for} needs: score the file with evaluate.py first")
+    return trajectories
 
 
 def _checked(text, convert, accepts, allowed):

@@ -21,8 +21,8 @@ import sys
 
 import torch
 
-from colbench.cli import at_least, fail, non_negative_float, non_negative_int, positive_int
-from colbench.data import DataError, load_trajectories, write_jsonl
+from colbench.cli import at_least, fail, non_negative_float, non_negative_int, positive_int, trajectories_or_fail
+from colbench.data import load_trajectories, write_jsonl
 from colbench.env import ANSWER_MARKER, agent_messages, extract_answer
 from colbench.models import DTYPES, chat_text, compute_dtype, default_device, describe_dtype, load_model
 from critic import load_critic, ranking_quality, score_candidates
@@ -49,10 +49,7 @@ def main():
     for critic_dir in args.critic:
         if not os.path.isfile(os.path.join(critic_dir, "metrics.json")):
             fail(f"--critic {critic_dir}: no critic there (no metrics.json): run critic.py first")
-    try:
-        trajectories = load_trajectories(args.scored)
-    except DataError as e:
-        fail(e)
+    trajectories = trajectories_or_fail(args.scored)
     os.makedirs(args.out, exist_ok=True)
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
