@@ -21,5 +21,5 @@ test: install
 demo: install   # the whole chain on the embedded model, ~30 min on 2 CPU cores (colbench/demo.py)
 	$(PYTHON) -m colbench.demo
 
-experiment: install   # the demo plus RFT, Multi-Turn DPO and SWEET-RL's two ablations, same run folder
+experiment: install   # the demo plus RFT, Multi-Turn DPO and SWEET-RL without normalization, same run folder
 	$(PYTHON) -m colbench.demo --experiment

@@ -1,7 +1,7 @@
 """`make demo` and `make experiment`: the whole SWEET-RL chain on the embedded model, run as a user would.
 
     python -m colbench.demo                 # the demo: about 30 minutes on 2 CPU cores
-    python -m colbench.demo --experiment    # adds RFT, Multi-Turn DPO and SWEET-RL's two ablations
+    python -m colbench.demo --experiment    # adds RFT, Multi-Turn DPO and SWEET-RL without normalization
 
 Every step is one of the stage scripts, run as a subprocess; its command is printed first. Outputs
 go under one run folder (runs/demo). A step whose output exists is skipped, so a killed run picks up
@@ -15,7 +15,7 @@ own steps (about 30 minutes more). The steps:
 2. The critic, with the reference solution c and without it (the paper's ablation), half the
    paired tasks held out.
 3. SWEET-RL: the policy trained on critic-ranked candidate replies (--experiment: and the baselines,
-   and SWEET-RL ranked by the critic without c, or by the critic without length normalization).
+   and SWEET-RL ranked by the critic without length normalization).
 4. Held-out test tasks (never trained on, test-only families among them): every agent with the
    same tasks, seed and sampling.
 5. The critic as a judge of final answers on its held-out tasks (colbench/judge.py).
@@ -48,14 +48,13 @@ SETTINGS = {
 # The experiment is the demo plus the baselines, in the same run folder: after `make demo`, only its new
 # steps run (on the same offline data, critics and held-out test tasks).
 SETTINGS["experiment"] = dict(SETTINGS["demo"],
-                              methods=["sweet", "rft", "mt-dpo", "sweet-no-solution", "sweet-no-normalize"])
+                              methods=["sweet", "rft", "mt-dpo", "sweet-no-normalize"])
 METHOD_NAMES = {"zero-shot": "starting policy (warm start)", "rft": "Rejection Fine-Tuning",
                 "mt-dpo": "Multi-Turn DPO", "sweet": "SWEET-RL",
-                "sweet-no-solution": "SWEET-RL w/o training-time information (critic without c)",
                 "sweet-no-normalize": "SWEET-RL w/o normalization"}
 # A method -> (policy.py --method, the critic that ranks its candidates; the baselines use none).
 METHODS = {"sweet": ("sweet", "reference"), "rft": ("rft", None), "mt-dpo": ("mt-dpo", None),
-           "sweet-no-solution": ("sweet", "no_reference"), "sweet-no-normalize": ("sweet", "no_normalize")}
+           "sweet-no-normalize": ("sweet", "no_normalize")}
 # A critic's name in results.json and in its folder (critic_<name>) -> its critic.py flags.
 CRITICS = {"reference": [], "no_reference": ["--no-solution"], "no_normalize": ["--no-normalize"]}
 
@@ -79,8 +78,7 @@ def easy_tier(source):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--experiment", action="store_true",
-                        help="the demo plus RFT, Multi-Turn DPO and SWEET-RL with the critic without c, "
-                             "or without normalization")
+                        help="the demo plus RFT, Multi-Turn DPO and SWEET-RL without normalization")
     parser.add_argument("--out", default=os.path.join("runs", "demo"), help="run folder (default runs/demo)")
     args = parser.parse_args()
     name = "experiment" if args.experiment else "demo"
