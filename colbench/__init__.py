@@ -1,6 +1,7 @@
 """ColBench: the collaborative agent benchmark of SWEET-RL (Zhou et al. 2025), rebuilt small.
 
-cli.py         argument types that refuse bad values at parse time; fail() for bad input (exit 2)
+cli.py         argument types that refuse bad values at parse time; fail() for bad input (exit 2),
+               trajectories_or_fail() for the stages' input files
 data.py        reading tasks and trajectories (JSONL) with clear errors, output paths, resumable writing
 demo.py        `make demo` / `make experiment`: the whole chain on the embedded model, one results table
 distributed.py torchrun in one place: ranks, DDP or FSDP2 wrapping, padded shares, gathers, checkpoints
