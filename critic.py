@@ -462,8 +462,9 @@ def advantage_rows(trajectories, advantages, views):
 
 
 def pairs_split_by_task(trajectories, args, rng):
-    """The preference pairs of the trajectories that have agent turns, split by task: (train, held out).
-    Prints what was used; no pairs at all is bad input."""
+    """The preference pairs of the trajectories that have agent turns, split by task: (train pairs,
+    held-out pairs, the paired trajectories each once, their counts for metrics.json). Prints the
+    counts; no pairs at all is bad input."""
     with_turns = [t for t in trajectories if any(turn["role"] == "assistant" for turn in t["dialogue_history"])]
     pairs = preference_pairs(with_turns, args.min_reward_gap, args.pairing)
     if not pairs:
@@ -473,14 +474,17 @@ def pairs_split_by_task(trajectories, args, rng):
     train_pairs, eval_pairs = split_by_task(pairs, args.eval_fraction, rng)
     tasks = {chosen["task_id"] for chosen, _ in pairs}
     eval_tasks = {chosen["task_id"] for chosen, _ in eval_pairs}
-    used = {key(t) for pair in pairs for t in pair}
+    used = list({key(t): t for pair in pairs for t in pair}.values())  # the paired trajectories, each once
+    counts = {"tasks": len(tasks), "trajectories": len(used), "pairs": len(pairs),
+              "train_tasks": len(tasks) - len(eval_tasks), "train_pairs": len(train_pairs),
+              "eval_tasks": len(eval_tasks), "eval_pairs": len(eval_pairs), "eval_task_ids": sorted(eval_tasks)}
     print(f"{len(trajectories)} trajectories, {len(with_turns)} with agent turns; used: {len(tasks)} tasks, "
-          f"{len(used)} trajectories, {len(pairs)} pairs -> train {len(tasks) - len(eval_tasks)} tasks / "
+          f"{len(used)} trajectories, {len(pairs)} pairs -> train {counts['train_tasks']} tasks / "
           f"{len(train_pairs)} pairs, held out {len(eval_tasks)} tasks / {len(eval_pairs)} pairs", flush=True)
     if not eval_pairs:
         print(f"note: --eval-fraction {args.eval_fraction} leaves no held-out task ({len(tasks)} paired tasks): "
               "no held-out accuracy, no advantages.jsonl lines")
-    return train_pairs, eval_pairs
+    return train_pairs, eval_pairs, used, counts
 
 
 def save(out, model, weights, tokenizer, args, base_model, metrics, advantages):
@@ -506,11 +510,7 @@ def main(args):
     rng = random.Random(args.seed)
     trajectories = trajectories_or_fail(args.scored, rewards_for="the critic")
 
-    train_pairs, eval_pairs = pairs_split_by_task(trajectories, args, rng)
-    pairs = train_pairs + eval_pairs
-    tasks = {chosen["task_id"] for chosen, _ in pairs}
-    eval_tasks = {chosen["task_id"] for chosen, _ in eval_pairs}
-    used = list({key(t): t for pair in pairs for t in pair}.values())  # the paired trajectories, each once
+    train_pairs, eval_pairs, used, counts = pairs_split_by_task(trajectories, args, rng)
 
     # The critic: fp32 master weights, forward passes in `dtype`.
     device = default_device()
@@ -539,11 +539,8 @@ def main(args):
     weights = distributed.full_state_dict(model)  # torchrun --fsdp: every rank sends its shards to rank 0
     if rank > 0:
         return  # torchrun: rank 0 alone writes the outputs
-    metrics = {"tasks": len(tasks), "trajectories": len(used), "pairs": len(pairs),
-               "train_tasks": len(tasks) - len(eval_tasks), "train_pairs": len(train_pairs),
-               "eval_tasks": len(eval_tasks), "eval_pairs": len(eval_pairs), "eval_task_ids": sorted(eval_tasks),
-               "steps": steps, "before": before, "after": after}
-    held_out = [t for t in used if t["task_id"] in eval_tasks]
+    metrics = dict(counts, steps=steps, before=before, after=after)
+    held_out = [t for t in used if t["task_id"] in counts["eval_task_ids"]]
     save(out, model, weights, tokenizer, args, base_model, metrics, advantage_rows(held_out, advantages, views))
     summary = "no held-out pairs"
     if after:

@@ -26,10 +26,11 @@ def trajectories_or_fail(path, rewards_for=None):
         trajectories = load_trajectories(path)
     except DataError as e:
         fail(e)
-    for t in trajectories if rewards_for else []:
-        if not isinstance(t.get("reward"), (int, float)):
-            fail(f"{path}: trajectory {t['task_id']}/{t['sample_idx']} has no numeric 'reward', which "
-                 f"{rewards_for} needs: score the file with evaluate.py first")
+    if rewards_for:
+        for t in trajectories:
+            if not isinstance(t.get("reward"), (int, float)):
+                fail(f"{path}: trajectory {t['task_id']}/{t['sample_idx']} has no numeric 'reward', which "
+                     f"{rewards_for} needs: score the file with evaluate.py first")
     return trajectories
 
 

@@ -285,8 +285,11 @@ def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, eos_t
     Greedy decoding gives sample_plain's tokens (up to float rounding); sampling draws from the same
     distribution with its own random stream. The model's generation_config is not read."""
     device = next(model.parameters()).device
-    distinct = list(dict.fromkeys(tuple(ids) for ids in prompt_ids))
-    row_prompt = torch.tensor([distinct.index(tuple(ids)) for ids in prompt_ids], device=device)
+    index = {}  # each distinct prompt -> its row in the prefill
+    for ids in prompt_ids:
+        index.setdefault(tuple(ids), len(index))
+    distinct = list(index)
+    row_prompt = torch.tensor([index[tuple(ids)] for ids in prompt_ids], device=device)
     # The beginning every distinct prompt shares, encoded once; each keeps one token of its own at least.
     shared = min(len(ids) for ids in distinct) - 1
     while any(ids[:shared] != distinct[0][:shared] for ids in distinct):

@@ -12,8 +12,8 @@ import argparse
 import html
 import os
 
-from colbench.cli import fail, positive_int
-from colbench.data import DataError, load_trajectories, read_jsonl
+from colbench.cli import fail, positive_int, trajectories_or_fail
+from colbench.data import DataError, read_jsonl
 
 
 def svg_plot(points, title, width=360, height=160):
@@ -116,14 +116,14 @@ def main():
     parser.add_argument("--out", default="runs/report.html", help="the HTML file to write")
     parser.add_argument("--max-dialogues", type=positive_int, default=40, help="dialogues shown at most")
     args = parser.parse_args()
+    trajectories = trajectories_or_fail(args.scored)
     advantage_rows, logs = [], []
-    try:
-        trajectories = load_trajectories(args.scored)
-        if args.critic and os.path.exists(os.path.join(args.critic, "advantages.jsonl")):
+    if args.critic and os.path.exists(os.path.join(args.critic, "advantages.jsonl")):
+        try:
             advantages = read_jsonl(os.path.join(args.critic, "advantages.jsonl"), allow_empty=True)
-            advantage_rows = [row for _, row in advantages]
-    except DataError as e:
-        fail(e)
+        except DataError as e:
+            fail(e)
+        advantage_rows = [row for _, row in advantages]
     for label, folder in (("critic", args.critic), ("policy", args.policy)):
         if folder and os.path.exists(os.path.join(folder, "log.jsonl")):
             logs.append((label, os.path.join(folder, "log.jsonl")))
