@@ -35,9 +35,8 @@ from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_flo
                           positive_int, require_server)
 from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, LAST_TURN_NOTE, PROMPT_STYLES, TURN_BUDGET_NOTE, Episode, html_page
-from colbench.models import (EndpointChat, Reply, chat_text, load_model, sample_plain, sample_shrinking_batch,
-                             sequence_logps, shared_prefix_logps,
-                             tokenize_turns)
+from colbench.models import (EndpointChat, Reply, TargetLogSoftmax, chat_text, load_model, sample_plain,
+                             sample_shrinking_batch, sequence_logps, shared_prefix_logps, tokenize_turns)
 from colbench.render import render
 from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value
 from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
@@ -1298,6 +1297,21 @@ def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_c
             reference_logps = sequence_logps(scorer.reference_model, [ids])[0]
         plain = critic.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item()
         assert score == pytest.approx(plain, abs=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_target_log_softmax_gives_the_plain_formulas_values_and_gradients(dtype):
+    torch.manual_seed(0)
+    logits = (4 * torch.randn(2, 300, 1000)).to(dtype)  # 300 positions: three pieces, the last one short
+    targets, weights = torch.randint(0, 1000, (2, 300)), torch.randn(2, 300)
+    lean, plain = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    lean_logps = TargetLogSoftmax.apply(lean, targets)
+    plain_logps = plain.float().log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    (lean_logps * weights).sum().backward()
+    (plain_logps * weights).sum().backward()
+    assert lean_logps.dtype == torch.float32 and lean.grad.dtype == dtype
+    assert torch.allclose(lean_logps, plain_logps, atol=1e-5)
+    assert torch.allclose(lean.grad.float(), plain.grad.float(), atol=1e-5)
 
 
 def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory(two_model_critic):
