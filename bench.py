@@ -34,8 +34,8 @@ sequences (4 per forward pass: one pass is timed and counted 4 times); how many 
 Target: >= 4x.
 
 dpo_vs_trl: one DPO + NLL epoch of policy.py against TRL's DPOTrainer on the same pairs,
-model, batch size and precision (bf16 autocast), each with its reference log-probs computed once
-(TRL: precompute_ref_log_probs); TRL's time over ours. Target: >= 1x. TRL is needed only
+model, batch size and precision (bf16 autocast where native, else fp32), each with its reference
+log-probs computed once (TRL: precompute_ref_log_probs); TRL's time over ours. Target: >= 1x. TRL is needed only
 here: bench.py installs it when missing (it is not in requirements.txt).
 
 eval_vs_inprocess: trajectories/s of evaluate.py (sandboxed, parallel) on generated trajectories,
@@ -229,6 +229,7 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
 
 
 def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
+    """Seconds of one DPO + NLL epoch, TRL's DPOTrainer over policy.py's, both in the chosen precision."""
     if importlib.util.find_spec("trl") is None:  # the benchmark's own dependency, installed on first use
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "trl"], check=True)
     from datasets import Dataset
@@ -244,15 +245,16 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
     settings = argparse.Namespace(method="sweet", lr=5e-6, epochs=1, batch_size=batch_size, beta=0.1, nll_coef=0.01,
                                   fsdp=False, gradient_checkpointing=False)
 
+    dtype, _ = compute_dtype("auto")  # fp32 master weights on both sides; bf16 autocast where native
     torch.manual_seed(0)
     model, tokenizer = load_model(None, trainable=True)
     warm_up(model)
 
     def ours():
         examples = [policy.reply_pair_example(tokenizer, row) for row in rows]
-        policy.add_reference_logps(model, examples)
+        policy.add_reference_logps(model, examples, dtype)
         with tempfile.TemporaryDirectory() as folder:
-            policy.train(model, examples, settings, random.Random(0), f"{folder}/log.jsonl")
+            policy.train(model, examples, settings, random.Random(0), f"{folder}/log.jsonl", dtype)
     ours_s = timed(ours)
     del model
 
@@ -263,8 +265,9 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
         config = DPOConfig(output_dir=folder, per_device_train_batch_size=batch_size, gradient_accumulation_steps=1,
                            num_train_epochs=1, learning_rate=settings.lr, beta=settings.beta,
                            loss_type=["sigmoid", "sft"], loss_weights=[1.0, settings.nll_coef], max_length=None,
-                           bf16=True, precompute_ref_log_probs=True, report_to=[], save_strategy="no",
-                           logging_steps=1, seed=0, dataloader_num_workers=0, use_cpu=model.device.type == "cpu",
+                           bf16=dtype == torch.bfloat16, precompute_ref_log_probs=True, report_to=[],
+                           save_strategy="no", logging_steps=1, seed=0, dataloader_num_workers=0,
+                           use_cpu=model.device.type == "cpu",
                            max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0)
 
         def trl():
@@ -272,7 +275,8 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
                                  processing_class=tokenizer)
             trainer.train()
         trl_s = timed(trl)
-    print(f"DPO epoch, {pairs} pairs of ~{prompt_tokens}+{reply_tokens} tokens, batch {batch_size}, bf16 autocast: "
+    precision = "bf16 autocast" if dtype == torch.bfloat16 else "fp32"
+    print(f"DPO epoch, {pairs} pairs of ~{prompt_tokens}+{reply_tokens} tokens, batch {batch_size}, {precision}: "
           f"policy.py {ours_s:.1f} s, TRL DPOTrainer {trl_s:.1f} s -> {trl_s / ours_s:.2f}x")
     return trl_s / ours_s
 
@@ -532,7 +536,7 @@ def main(args):
                "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     print(f"machine: {json.dumps(machine)}")
     print(f"precision: local agent, critic and prefix scoring {precision} ({why}); llama.cpp: the GGUF file's "
-          f"{EMBEDDED_GGUF.split('.')[-2]} weights in its own kernels; dpo_vs_trl: bf16 autocast on both sides")
+          f"{EMBEDDED_GGUF.split('.')[-2]} weights in its own kernels; dpo_vs_trl: {precision} on both sides")
     benchmarks = {
         "rollout_batching": lambda: bench_rollout_batching(*((2, 8) if quick else ())),
         "rollout_vs_llamacpp": lambda: bench_rollout_vs_llamacpp(*((2, 1, 1, 16) if quick else ())),
