@@ -352,7 +352,7 @@ def trajectory_scores(logps, views, keys, normalize):
 
 def evaluate(model, views, eval_pairs, args, dtype, rank, world):
     """Held-out pair accuracy (ties count half) with its 95% interval (tasks resampled), mean margin,
-    loss, each pair's margin and task; and {trajectory key: its turn advantages} of the held-out trajectories."""
+    loss, each pair's margin, task and sample indices (chosen, rejected); and {trajectory key: its turn advantages} of the held-out trajectories."""
     normalize = not args.no_normalize
     eval_tasks = {chosen["task_id"] for chosen, _ in eval_pairs}
     logps = frozen_logps(model, views, eval_tasks, args, dtype, rank, world, desc="held-out log-probs")
@@ -367,6 +367,7 @@ def evaluate(model, views, eval_pairs, args, dtype, rank, world):
     metrics = {"pair_accuracy": pair_accuracy(margins), "pair_accuracy_ci95": list(bootstrap_mean_ci(outcomes)),
                "mean_margin": margins.mean().item(), "margins": margins.tolist(),
                "pair_task_ids": [pair[0]["task_id"] for pair in eval_pairs],
+               "pair_samples": [[chosen["sample_idx"], rejected["sample_idx"]] for chosen, rejected in eval_pairs],
                "loss": -F.logsigmoid(args.beta * margins).mean().item()}
     return metrics, advantages
 

@@ -2055,13 +2055,22 @@ def test_demo_table_pairs_agents_and_critics_on_the_same_dialogues_and_pairs(tmp
                 for task in tasks for k in range(2)]
         write_jsonl(tmp_path / f"test_{method}.scored.jsonl", rows)
         (tmp_path / f"test_{method}.summary.json").write_text(json.dumps({"mean_tests_passed_pct": 40.0}))
+    # The offline dialogues of the held-out pairs below, one of each kind: "q" asks, "A" answers.
+    def dialogue(task_id, sample_idx, replies):
+        turns = [{"role": "assistant", "content": f"{ANSWER_MARKER} def tip(b): return b" if r == "A" else "How much?"}
+                 for r in replies]
+        return {"task_id": task_id, "sample_idx": sample_idx, "task": TIP_TASK, "dialogue_history": turns, "answer": ""}
+    write_jsonl(tmp_path / "train.scored.jsonl", [
+        dialogue("a", 0, "qqA"), dialogue("a", 1, "qA"), dialogue("a", 2, "qqq"),
+        dialogue("b", 0, "qA"), dialogue("b", 1, "qA"), dialogue("b", 2, "A")])
     # The same four held-out pairs of two tasks: with c all right; without c, the second of each task wrong.
     for critic_name, margins in (("reference", [1.0, 2.0, 0.5, 1.0]), ("no_reference", [1.0, -2.0, 0.5, -1.0])):
         os.makedirs(tmp_path / f"critic_{critic_name}")
         accuracy = sum(m > 0 for m in margins) / 4
         (tmp_path / f"critic_{critic_name}" / "metrics.json").write_text(json.dumps(
             {"eval_pairs": 4, "eval_tasks": 2, "after": {"pair_accuracy": accuracy, "pair_accuracy_ci95": [0, 1],
-                                                         "margins": margins, "pair_task_ids": ["a", "a", "b", "b"]}}))
+                                                         "margins": margins, "pair_task_ids": ["a", "a", "b", "b"],
+                                                         "pair_samples": [[0, 1], [0, 2], [0, 1], [2, 1]]}}))
     quality = {"critic_pick": 0.5, "random_pick": 0.25, "rank_correlation": 0.3}
     os.makedirs(tmp_path / "judge")
     (tmp_path / "judge" / "judge.json").write_text(json.dumps(
@@ -2078,6 +2087,13 @@ def test_demo_table_pairs_agents_and_critics_on_the_same_dialogues_and_pairs(tmp
     text = table(results)
     assert "SWEET-RL - starting policy: 50.0 points of success, 95% CI [50.0, 50.0]" in text
     assert "with c - without c: +0.500 pair accuracy, 95% CI [+0.500, +0.500]" in text
+    # Each pair counted under its kind, right or wrong for each critic.
+    assert results["critic_by_pair_kind"] == {
+        "asked more": {"pairs": 1, "reference": 1, "no_reference": 1},
+        "asked as often": {"pairs": 1, "reference": 1, "no_reference": 1},
+        "asked less": {"pairs": 1, "reference": 1, "no_reference": 0},
+        "never answered": {"pairs": 1, "reference": 1, "no_reference": 0}}
+    assert "| the rejected one never answered | 1 | 1 | 0 |" in text
 
     metrics = json.loads((tmp_path / "critic_no_reference" / "metrics.json").read_text())
     metrics["after"]["pair_task_ids"] = ["a", "b", "b", "b"]

@@ -32,8 +32,9 @@ import time
 import torch
 
 from colbench.data import load_tasks, load_trajectories, write_jsonl
+from colbench.env import ANSWER_MARKER
 from colbench.stats import bootstrap_mean_ci
-from critic import pair_outcomes
+from critic import key, pair_outcomes
 
 # Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with
 # hidden constants), three agent turns, short replies.
@@ -162,6 +163,40 @@ def main():
     print(f"\n{name} finished in {results['minutes']:.1f} min; everything is in {out}/\n\n{text}")
 
 
+# The held-out pairs by what sets their two dialogues apart, to see where c helps: a critic without c can
+# learn that asking more wins; when both asked as often, only the code tells them apart.
+PAIR_KINDS = {"asked more": "the chosen dialogue asked more", "asked as often": "both asked as often",
+              "asked less": "the chosen dialogue asked less", "never answered": "the rejected one never answered"}
+
+
+def pair_kind(chosen, rejected):
+    """Which of PAIR_KINDS a (chosen, rejected) pair of backend dialogues is. "never answered": the rejected
+    dialogue's last reply has no ANSWER_MARKER (its budget ran out while it asked)."""
+    def replies(trajectory):
+        return [turn["content"] for turn in trajectory["dialogue_history"] if turn["role"] == "assistant"]
+
+    def questions(trajectory):
+        return sum(ANSWER_MARKER not in reply for reply in replies(trajectory))
+
+    if ANSWER_MARKER not in replies(rejected)[-1]:
+        return "never answered"
+    difference = questions(chosen) - questions(rejected)
+    return "asked more" if difference > 0 else "asked less" if difference < 0 else "asked as often"
+
+
+def by_pair_kind(out, pair_tasks, pair_samples, right):
+    """{kind: {"pairs": n, "reference": right with c, "no_reference": right without c}} of the held-out
+    pairs, each found in the run's offline dialogues by its task and sample indices."""
+    dialogues = {key(t): t for t in load_trajectories(os.path.join(out, "train.scored.jsonl"))}
+    counts = {kind: {"pairs": 0, "reference": 0.0, "no_reference": 0.0} for kind in PAIR_KINDS}
+    for i, (task_id, (chosen, rejected)) in enumerate(zip(pair_tasks, pair_samples)):
+        kind = counts[pair_kind(dialogues[task_id, chosen], dialogues[task_id, rejected])]
+        kind["pairs"] += 1
+        for critic in ("reference", "no_reference"):
+            kind[critic] += right[critic][i]
+    return counts
+
+
 def read_json(path):
     with open(path) as f:
         return json.load(f)
@@ -202,7 +237,8 @@ def collect(out, agents, critics, minutes):
         label = "success_diff_ci95" if method == "sweet" else f"success_diff_ci95_{method}"
         results[label] = list(bootstrap_mean_ci(difference))
     results["critic"] = {}
-    right, pair_tasks = {}, {}  # critic -> each held-out pair's outcome (1 right, 0.5 tie, 0 wrong); its task
+    # critic -> each held-out pair's outcome (1 right, 0.5 tie, 0 wrong); its task; its sample indices (chosen, rejected)
+    right, pair_tasks, pair_samples = {}, {}, {}
     for critic in critics:
         metrics = read_json(os.path.join(out, f"critic_{critic}", "metrics.json"))
         results["critic"][critic] = {"pair_accuracy": metrics["after"].get("pair_accuracy"),
@@ -210,13 +246,16 @@ def collect(out, agents, critics, minutes):
                                      "tasks": metrics["eval_tasks"]}
         right[critic] = pair_outcomes(torch.tensor(metrics["after"]["margins"])).tolist()
         pair_tasks[critic] = metrics["after"]["pair_task_ids"]
+        pair_samples[critic] = metrics["after"].get("pair_samples")  # absent in critics of older versions
     # What c is worth: pair accuracy with c minus without, on the same held-out pairs, tasks resampled.
-    if pair_tasks["reference"] != pair_tasks["no_reference"]:
+    if (pair_tasks["reference"], pair_samples["reference"]) != (pair_tasks["no_reference"], pair_samples["no_reference"]):
         raise SystemExit("the two critics held out different pairs: were they trained with the same --seed?")
     gain = {}
     for task_id, with_c, without_c in zip(pair_tasks["reference"], right["reference"], right["no_reference"]):
         gain.setdefault(task_id, []).append(with_c - without_c)
     results["critic_gain_ci95"] = list(bootstrap_mean_ci(gain))
+    if pair_samples["reference"]:
+        results["critic_by_pair_kind"] = by_pair_kind(out, pair_tasks["reference"], pair_samples["reference"], right)
     judge = read_json(os.path.join(out, "judge", "judge.json"))
     results["best_of_n"] = {"reference": judge["critic_reference"], "no_reference": judge["critic_no_reference"],
                             "states": judge["states"], "candidates": judge["candidates"]}
@@ -255,6 +294,11 @@ def table(r):
     low, high = r["critic_gain_ci95"]
     lines.append(f"\nwith c - without c: {gain:+.3f} pair accuracy, 95% CI [{low:+.3f}, {high:+.3f}] "
                  "(the same held-out pairs, bootstrap over tasks)")
+    if "critic_by_pair_kind" in r:
+        lines += ["", "| held-out pairs: what sets the two dialogues apart | pairs | right with c | right without c |",
+                  "|---|---|---|---|"]
+        for kind, k in r["critic_by_pair_kind"].items():
+            lines.append(f"| {PAIR_KINDS[kind]} | {k['pairs']} | {k['reference']:g} | {k['no_reference']:g} |")
     b = r["best_of_n"]
     lines += ["", f"critic as judge: {b['states']} held-out turn states, {b['candidates']} final answers, "
                   "tests run on each",
