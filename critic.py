@@ -352,7 +352,8 @@ def trajectory_scores(logps, views, keys, normalize):
 
 def evaluate(model, views, eval_pairs, args, dtype, rank, world):
     """Held-out pair accuracy (ties count half) with its 95% interval (tasks resampled), mean margin,
-    loss, each pair's margin, task and sample indices (chosen, rejected); and {trajectory key: its turn advantages} of the held-out trajectories."""
+    loss, each pair's margin, task and sample indices (chosen, rejected); and {trajectory key: its turn
+    advantages} of the held-out trajectories."""
     normalize = not args.no_normalize
     eval_tasks = {chosen["task_id"] for chosen, _ in eval_pairs}
     logps = frozen_logps(model, views, eval_tasks, args, dtype, rank, world, desc="held-out log-probs")

@@ -237,7 +237,8 @@ def collect(out, agents, critics, minutes):
         label = "success_diff_ci95" if method == "sweet" else f"success_diff_ci95_{method}"
         results[label] = list(bootstrap_mean_ci(difference))
     results["critic"] = {}
-    # critic -> each held-out pair's outcome (1 right, 0.5 tie, 0 wrong); its task; its sample indices (chosen, rejected)
+    # critic -> each held-out pair's outcome (1 right, 0.5 tie, 0 wrong); its task; its sample indices
+    # (chosen, rejected)
     right, pair_tasks, pair_samples = {}, {}, {}
     for critic in critics:
         metrics = read_json(os.path.join(out, f"critic_{critic}", "metrics.json"))
@@ -248,7 +249,8 @@ def collect(out, agents, critics, minutes):
         pair_tasks[critic] = metrics["after"]["pair_task_ids"]
         pair_samples[critic] = metrics["after"].get("pair_samples")  # absent in critics of older versions
     # What c is worth: pair accuracy with c minus without, on the same held-out pairs, tasks resampled.
-    if (pair_tasks["reference"], pair_samples["reference"]) != (pair_tasks["no_reference"], pair_samples["no_reference"]):
+    if (pair_tasks["reference"] != pair_tasks["no_reference"]
+            or pair_samples["reference"] != pair_samples["no_reference"]):
         raise SystemExit("the two critics held out different pairs: were they trained with the same --seed?")
     gain = {}
     for task_id, with_c, without_c in zip(pair_tasks["reference"], right["reference"], right["no_reference"]):
