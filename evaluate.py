@@ -1,44 +1,15 @@
-"""Score trajectories: backend answers by unit tests, frontend pages by CLIP, print the metrics.
+"""Stage 2 of SWEET-RL: score trajectories, backend answers by unit tests, frontend pages by their screenshots.
 
     python evaluate.py runs/backend_train.traj.jsonl     # -> runs/backend_train.scored.jsonl
 
-Reads trajectories in the project's schema, or official ColBench offline files as they are (ids
-are derived; a `reward` already present is re-scored unless --keep-rewards). For each backend
-trajectory it takes the final code out of `answer`, runs the task's reference solution and the
-candidate on every test call, and adds to the line:
-    reward          tests_passed / tests_total    success         all counted tests passed
-    tests_passed    tests_total (counted tests)   test_results    {test name: "pass" or its category}
-    failure         the main failure category, or null; failure_detail: e.g. "ZeroDivisionError: ..."
-    broken_tests    {test name: why it is not counted}, e.g. "reference raised ZeroDivisionError: ..."
-Failure categories: syntax error, exception, timeout, wrong output, out of memory, crashed, and
-"banned substring" (--official-scoring, below).
-
-The rule is the official evaluator's: a test passes when the candidate's return value equals the
-reference's under Python's `==` (so 0 == 0.0) and the reference's value is not None. A test whose
-reference gives no value to compare with (it raises, times out, crashes, or returns None) is
-broken: the task's fault, not the candidate's. It is marked "broken test" in test_results, left
-out of tests_total (so of reward and success), and named in the summary. The official evaluator
-counts it as failed for every candidate instead: its reward is tests_passed / (tests_total +
-len(broken_tests)). The shipped tasks have no broken test.
-
-Unlike the official evaluator, no model-written code (reference solutions included) runs in this
-process: everything runs in colbench/sandbox.py, which sends the return values back as plain data,
-and the comparison happens here. The expected values (the reference function's) are computed once per task.
-
---official-scoring applies the official evaluator's rules where they differ from ours (the paper's
-numbers came from it): the code is the answer's first ```python block (else its first ``` block, else
-the whole answer), not the block that defines a function, with no prose removed; the program is exec'd
-and each test call eval'd inside a function, so a function the program defines cannot see the
-program's module-level imports or helper functions (NameError), for the reference solutions too; an
-answer that holds one of OFFICIAL_BANNED scores 0 unrun; a broken test counts as failed. Programs still run in
-the sandbox. Not reproduced: the official evaluator's own imports, which its exec'd code could see (unknown
-here).
-
-Frontend trajectories (an HTML reference): the final page and the reference page are rendered by
-headless chromium (colbench/render.py; a page that fails counts as blank) and `reward` is the
-cosine similarity of their CLIP image embeddings (`--clip`, the paper's checkpoint by default).
-`--against OTHER.scored.jsonl` adds the win rate per task both files hold (ties count 1/2), as the
-paper's win rate against GPT-4o.
+Backend: the final code is taken out of `answer` and run, with the task's reference solution, on every
+test call in colbench/sandbox.py (never in this process). A test passes when the two return values are
+equal under `==` and the reference's is not None, the official rule; a test whose reference gives no
+value is the task's fault, left out and named in `broken_tests`. Adds `reward` (fraction of tests
+passed), `success` (all passed), `tests_passed`, `tests_total`, `test_results`, `failure` and
+`failure_detail`. --official-scoring applies the official evaluator's rules where they differ.
+Frontend: `reward` is the CLIP cosine of the final page's and the reference page's screenshots;
+--against adds the win rate per task. Prints the metrics. Departures from the paper: docs/DEPARTURES.md.
 """
 import argparse
 import collections

@@ -1,18 +1,13 @@
-"""Stage 1 of SWEET-RL: multi-turn rollouts of an agent with a simulated human on ColBench tasks.
+"""Stage 1 of SWEET-RL: multi-turn dialogues of an agent with a simulated human on ColBench tasks.
 
     python rollout.py colbench/tasks/backend_train.jsonl           # -> runs/backend_train.traj.jsonl
 
-Each task is played `--samples` times. The agent (a local Hugging Face model, the embedded
-SmolLM2-135M-Instruct by default, or an OpenAI-compatible URL) talks with the simulated human
-(colbench/simulators.py) for at most `--max-turns` agent turns, following the protocol of
-colbench/env.py; `--prompt official` states the turn budget in the agent's system prompt from
-the first turn, as the official ColBench agent prompt does (in words of its own), instead of the
-default note at the last turn. Up to `--batch-size` dialogues are live at once and advance together: one
-batched `generate` per turn, finished dialogues drop out and waiting ones take their place.
-
-Each finished trajectory is one line of the output, written as soon as it ends; running the
-same command again resumes, skipping the (task_id, sample_idx) pairs already written. A killed
-run loses only the dialogues in flight.
+Each task is played --samples times. The agent (a Hugging Face model, the embedded SmolLM2-135M-Instruct
+by default, or an OpenAI-compatible URL) talks with the simulated human (colbench/simulators.py) for at
+most --max-turns agent turns, under the protocol of colbench/env.py. Up to --batch-size dialogues advance
+together, one batched generate per turn; finished ones drop out and waiting ones take their place.
+Each trajectory is written as one line as soon as it ends; the same command again resumes, skipping the
+(task_id, sample_idx) pairs already written, so a killed run loses only the dialogues in flight.
 """
 import argparse
 import collections

@@ -204,7 +204,7 @@ def test_cli_types_accept_their_range_only(check, accepted, refused):
     ("policy.py", "--temperature", "-0.5", "a finite number >= 0"),
     ("policy.py", "--lr", "nan", "a finite number > 0"),
     ("policy.py", "--beta", "0", "a finite number > 0"),
-    ("-m colbench.judge", "--candidates", "1", "an integer >= 2"),
+    ("judge.py", "--candidates", "1", "an integer >= 2"),
     ("-m colbench.warmstart", "--samples", "0", "an integer >= 1"),
 ])
 def test_stages_refuse_a_bad_flag_value_at_parse_time(tmp_path, script, flag, value, allowed):
@@ -1331,12 +1331,13 @@ def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory
 
 def test_ranking_quality_on_a_planted_case():
     # State 1: the critic ranks the passing answer first; state 2: it ranks them exactly backwards.
-    quality = critic.ranking_quality([[0.9, 0.1, -0.5], [0.3, 0.2]], [[1.0, 0.5, 0.0], [0.0, 1.0]])
+    from judge import ranking_quality
+    quality = ranking_quality([[0.9, 0.1, -0.5], [0.3, 0.2]], [[1.0, 0.5, 0.0], [0.0, 1.0]])
     assert quality["critic_pick"] == pytest.approx((1.0 + 0.0) / 2)
     assert quality["random_pick"] == pytest.approx((0.5 + 0.5) / 2)
     assert quality["rank_correlation"] == pytest.approx((1.0 - 1.0) / 2)
     # Tests that cannot tell candidates apart give no correlation; ties in rank share their mean.
-    assert critic.ranking_quality([[1.0, 2.0]], [[0.5, 0.5]])["rank_correlation"] is None
+    assert ranking_quality([[1.0, 2.0]], [[0.5, 0.5]])["rank_correlation"] is None
     assert stats.spearman([1, 2, 2, 3], [1, 2, 2, 3]) == pytest.approx(1.0)
     assert stats.ranks([3, 1, 3]) == [2.5, 1.0, 2.5]
 
@@ -1454,17 +1455,11 @@ def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model)
     assert len(critic.score_candidates(loaded, official[0]["task"], HISTORY, CANDIDATES[:2])) == 2
 
     ablation = run_script("critic.py", data, "--model", tiny_model, "--out", str(tmp_path / "ablation"),
-                          "--epochs", "1", "--no-reference", "--no-normalize", "--gradient-checkpointing",
+                          "--epochs", "1", "--no-solution", "--no-normalize", "--gradient-checkpointing",
                           "--max-length", "60")
     assert "warning:" in ablation.stdout and "--max-length 60" in ablation.stdout
     loaded = critic.load_critic(str(tmp_path / "ablation"))
     assert not loaded.use_solution and not loaded.normalize
-    # --no-reference is --no-solution's old name; folders written under it still load
-    saved = json.loads((tmp_path / "ablation" / "args.json").read_text())
-    assert saved["no_solution"] is True and "no_reference" not in saved
-    saved["no_reference"] = saved.pop("no_solution")
-    (tmp_path / "ablation" / "args.json").write_text(json.dumps(saved))
-    assert not critic.load_critic(str(tmp_path / "ablation")).use_solution
 
 
 @pytest.mark.parametrize("style", CHAT_STYLES)
@@ -1583,7 +1578,7 @@ def test_policy_last_turn_answers_outrank_questions_and_twins_reverse_early_pair
 
 
 def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model, tmp_path):
-    from policy import add_reference_logps, reply_pair_example, train
+    from policy import reference_logps, reply_pair_example, train
     from colbench.models import load_model
     model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
     prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "I want a tip calculator."}]
@@ -1591,7 +1586,7 @@ def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model,
                                                "rejected": [{"role": "assistant", "content": rejected}]})
                 for chosen, rejected in [("What percent is the tip?", "def tip(bill): return bill"),
                                          ("Round to 2 decimal places?", "I WANT TO ANSWER: def f(x): return 1")]]
-    add_reference_logps(model, examples)
+    reference_logps(model, examples)
     args = argparse.Namespace(method="sweet", lr=1e-3, epochs=6, batch_size=2, beta=0.1, nll_coef=0.01, fsdp=False,
                               gradient_checkpointing=False)
     history = train(model, examples, args, random.Random(0), str(tmp_path / "log.jsonl"))
@@ -1646,13 +1641,13 @@ def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(
     log = read_jsonl(f"{out}/log.jsonl")
     assert log and set(log[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps",
                                    "tokens_per_s"}
-    assert json.load(open(f"{out}/args.json"))["method"] == "sweet" and (tmp_path / "policy" / "config.json").exists()
+    assert json.load(open(f"{out}/args.json"))["critic"] == critic_dir and (tmp_path / "policy" / "config.json").exists()
     rollout_runs(out, tmp_path)
 
 
 @pytest.mark.parametrize("style", PROMPT_STYLES)
 def test_policy_scores_each_rollout_turn_under_the_prompt_the_agent_saw(tmp_path, tiny_model, style):
-    from policy import agent_turn_sequences, parser
+    from baselines import agent_turn_sequences, parser
     out = tmp_path / "traj.jsonl"
     run_script("rollout.py", write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK]), "--agent", tiny_model, "--samples", "2",
                "--max-turns", "2", "--max-new-tokens", "4", "--prompt", style, "--out", str(out))
@@ -1689,7 +1684,7 @@ def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_f
 @pytest.mark.parametrize("method, data_file", [("mt-dpo", "pairs.jsonl"), ("rft", "sft.jsonl")])
 def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, data_file):
     out = str(tmp_path / method)
-    result = run_script("policy.py", scored_file, "--method", method, "--model", tiny_model, "--out", out,
+    result = run_script("baselines.py", scored_file, "--method", method, "--model", tiny_model, "--out", out,
                         "--max-turns", "2")  # each last turn saw a last-turn note: scored in a pass of its own
     assert "done:" in result.stdout
     rows = read_jsonl(f"{out}/{data_file}")
@@ -1703,7 +1698,7 @@ def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, 
 
 
 def test_policy_mt_dpo_pairs_by_the_pairing_rule_asked_for():
-    from policy import mt_dpo_pairs, parser
+    from baselines import mt_dpo_pairs, parser
     trajectories = [dict(t) for t in SCORED]  # rewards 1.0, 0.3, 0.0
     for pairing, expected in (("all", [(0, 1), (0, 2), (1, 2)]), ("official", [(0, 1), (0, 2)])):
         rows = mt_dpo_pairs(trajectories, parser.parse_args(["x.jsonl", "--method", "mt-dpo", "--pairing", pairing]))
@@ -1712,7 +1707,7 @@ def test_policy_mt_dpo_pairs_by_the_pairing_rule_asked_for():
 
 def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model):
     failed = write_jsonl(tmp_path / "failed.scored.jsonl", SCORED[1:])
-    result = run_script("policy.py", failed, "--method", "rft", "--model", tiny_model, "--out", str(tmp_path / "p"),
+    result = run_script("baselines.py", failed, "--method", "rft", "--model", tiny_model, "--out", str(tmp_path / "p"),
                         check=False)
     assert result.returncode == 2 and "error: no successful trajectory" in result.stderr
     assert "Traceback" not in result.stderr
@@ -1918,7 +1913,8 @@ def test_distributed_gather_returns_tensors_on_the_cpu_inside_tuples_lists_and_d
 GATHER_SCRIPT = """
 import torch
 from colbench import distributed
-rank, world = distributed.init()
+distributed.init()
+rank, world = distributed.rank_and_world()
 device = f"cuda:{rank}" if torch.cuda.device_count() >= world else "cpu"  # each rank's own GPU where there are enough
 gathered = distributed.gather([(rank, torch.full((2,), float(rank), device=device))])
 assert [r for r, _ in gathered] == list(range(world)), gathered
@@ -1986,8 +1982,8 @@ def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
 def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scored_file, critic_dir, tiny_model):
     common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
               "--batch-size", "3"]  # 3 pairs a step: one rank also runs a padding pass
-    run_script("policy.py", *common, "--out", str(tmp_path / "one"))
-    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", *common,
+    run_script("baselines.py", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "baselines.py", *common,
                         "--out", str(tmp_path / "two"))
     assert result.stdout.count("done:") == 1  # rank 0 alone prints
     logs = [read_jsonl(tmp_path / name / "log.jsonl") for name in ("one", "two")]
@@ -2005,8 +2001,8 @@ def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scor
 def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_model(tmp_path, scored_file, tiny_model):
     common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
               "--batch-size", "3", "--dtype", "fp32"]  # 3 pairs a step: one rank also runs a padding pass
-    run_script("policy.py", *common, "--out", str(tmp_path / "one"))
-    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "policy.py", *common,
+    run_script("baselines.py", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "baselines.py", *common,
                         "--fsdp", "--gradient-checkpointing", "--out", str(tmp_path / "fsdp"))
     assert result.stdout.count("done:") == 1
     assert sorted(os.listdir(tmp_path / "fsdp")) == sorted(os.listdir(tmp_path / "one"))

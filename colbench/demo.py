@@ -18,7 +18,7 @@ own steps (about 30 minutes more). The steps:
    and SWEET-RL ranked by the critic without length normalization).
 4. Held-out test tasks (never trained on, test-only families among them): every agent with the
    same tasks, seed and sampling.
-5. The critic as a judge of final answers on its held-out tasks (colbench/judge.py).
+5. The critic as a judge of final answers on its held-out tasks (judge.py).
 
 It ends with one table, also written to results.md, and results.json with the same numbers.
 """
@@ -29,12 +29,9 @@ import subprocess
 import sys
 import time
 
-import torch
-
 from colbench.data import load_tasks, load_trajectories, write_jsonl
 from colbench.env import ANSWER_MARKER
-from colbench.stats import bootstrap_mean_ci
-from critic import key, pair_outcomes
+from colbench.stats import bootstrap_mean_ci, pair_outcomes
 
 # Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with
 # hidden constants), three agent turns, short replies.
@@ -53,9 +50,8 @@ SETTINGS["experiment"] = dict(SETTINGS["demo"],
 METHOD_NAMES = {"zero-shot": "starting policy (warm start)", "rft": "Rejection Fine-Tuning",
                 "mt-dpo": "Multi-Turn DPO", "sweet": "SWEET-RL",
                 "sweet-no-normalize": "SWEET-RL w/o normalization"}
-# A method -> (policy.py --method, the critic that ranks its candidates; the baselines use none).
-METHODS = {"sweet": ("sweet", "reference"), "rft": ("rft", None), "mt-dpo": ("mt-dpo", None),
-           "sweet-no-normalize": ("sweet", "no_normalize")}
+# A method -> the critic that ranks its candidates (policy.py), or None for a baseline (baselines.py).
+METHODS = {"sweet": "reference", "rft": None, "mt-dpo": None, "sweet-no-normalize": "no_normalize"}
 # A critic's name in results.json and in its folder (critic_<name>) -> its critic.py flags.
 CRITICS = {"reference": [], "no_reference": ["--no-solution"], "no_normalize": ["--no-normalize"]}
 
@@ -107,7 +103,7 @@ def main():
     # 0. The starting policy: the embedded model fine-tuned on scripted dialogues of training tasks.
     run("-m", "colbench.warmstart", warm_tasks, "--out", path("warmstart.traj.jsonl"),
         done_when=path("warmstart.traj.jsonl"))
-    run("policy.py", path("warmstart.traj.jsonl"), "--method", "sft", "--lr", str(s["warm_lr"]),
+    run("baselines.py", path("warmstart.traj.jsonl"), "--method", "sft", "--lr", str(s["warm_lr"]),
         "--max-turns", str(s["max_turns"]), "--out", path("warm"), done_when=path("warm", "config.json"))
     # 1. Offline data: the starting policy on training tasks, scored.
     run("rollout.py", rl_tasks, "--agent", path("warm"), "--samples", str(s["samples"]), *sampling,
@@ -117,7 +113,7 @@ def main():
         "--summary-json", path("train.summary.json"), done_when=path("train.scored.jsonl"))
     # 2. The critic, with the reference solution and without it (and without normalization).
     critics = ["reference", "no_reference"]
-    critics += [METHODS[m][1] for m in s["methods"] if METHODS[m][1] not in critics + [None]]
+    critics += [METHODS[m] for m in s["methods"] if METHODS[m] not in critics + [None]]
     for critic in critics:
         run("critic.py", path("train.scored.jsonl"), "--model", path("warm"), "--out", path(f"critic_{critic}"),
             "--epochs", str(s["critic_epochs"]), "--lr", str(s["critic_lr"]), "--eval-fraction", "0.5",
@@ -126,18 +122,19 @@ def main():
     # SWEET-RL samples and ranks candidates at the turn states of a fraction of the offline data (the time
     # budget); the baselines, which sample nothing, train on all of it.
     for method in s["methods"]:
-        stage_method, critic = METHODS[method]
+        critic = METHODS[method]
         if critic:
-            method_flags = ["--critic", path(f"critic_{critic}"), "--data-fraction", str(s["data_fraction"])]
+            run("policy.py", path("train.scored.jsonl"), "--model", path("warm"), "--critic", path(f"critic_{critic}"),
+                "--data-fraction", str(s["data_fraction"]), "--candidates", str(s["candidates"]),
+                "--pairs-per-turn", str(s["pairs_per_turn"]), "--lr", str(s["policy_lr"]), "--beta", str(s["beta"]),
+                "--nll-coef", str(s["nll_coef"]), "--last-turn-twins", *sampling,
+                "--sample-batch-size", str(s["sample_batch_size"]), "--out", path(f"policy_{method}"),
+                done_when=path(f"policy_{method}", "config.json"))
         else:
-            method_flags = []
-        run("policy.py", path("train.scored.jsonl"), "--model", path("warm"), "--method", stage_method,
-            *method_flags, "--out", path(f"policy_{method}"),
-            "--candidates", str(s["candidates"]), "--pairs-per-turn", str(s["pairs_per_turn"]),
-            "--lr", str(s["policy_lr"]), "--beta", str(s["beta"]),
-            "--nll-coef", str(s["nll_coef"]), "--last-turn-twins", *sampling,
-            "--sample-batch-size", str(s["sample_batch_size"]),
-            done_when=path(f"policy_{method}", "config.json"))
+            run("baselines.py", path("train.scored.jsonl"), "--model", path("warm"), "--method", method,
+                "--lr", str(s["policy_lr"]), "--beta", str(s["beta"]), "--nll-coef", str(s["nll_coef"]),
+                "--max-turns", str(s["max_turns"]), "--out", path(f"policy_{method}"),
+                done_when=path(f"policy_{method}", "config.json"))
     # 4. Held-out test tasks: the starting policy and each trained policy, same tasks, seed and sampling.
     agents = {"zero-shot": path("warm"), **{m: path(f"policy_{m}") for m in s["methods"]}}
     for method, agent in agents.items():
@@ -147,7 +144,7 @@ def main():
         run("evaluate.py", path(f"test_{method}.traj.jsonl"), "--out", path(f"test_{method}.scored.jsonl"),
             "--summary-json", path(f"test_{method}.summary.json"), done_when=path(f"test_{method}.summary.json"))
     # 5. The critics as judges of final answers, on the tasks they held out.
-    run("-m", "colbench.judge", path("train.scored.jsonl"), "--model", path("warm"),
+    run("judge.py", path("train.scored.jsonl"), "--model", path("warm"),
         "--critic", path("critic_reference"), "--critic", path("critic_no_reference"), "--out", path("judge"),
         "--max-states", str(s["judge_states"]), "--candidates", str(s["candidates"]), *sampling,
         "--sample-batch-size", str(s["sample_batch_size"]), done_when=path("judge", "judge.json"))
@@ -187,7 +184,7 @@ def pair_kind(chosen, rejected):
 def by_pair_kind(out, pair_tasks, pair_samples, right):
     """{kind: {"pairs": n, "reference": right with c, "no_reference": right without c}} of the held-out
     pairs, each found in the run's offline dialogues by its task and sample indices."""
-    dialogues = {key(t): t for t in load_trajectories(os.path.join(out, "train.scored.jsonl"))}
+    dialogues = {(t["task_id"], t["sample_idx"]): t for t in load_trajectories(os.path.join(out, "train.scored.jsonl"))}
     counts = {kind: {"pairs": 0, "reference": 0.0, "no_reference": 0.0} for kind in PAIR_KINDS}
     for i, (task_id, (chosen, rejected)) in enumerate(zip(pair_tasks, pair_samples)):
         kind = counts[pair_kind(dialogues[task_id, chosen], dialogues[task_id, rejected])]
@@ -245,7 +242,7 @@ def collect(out, agents, critics, minutes):
         results["critic"][critic] = {"pair_accuracy": metrics["after"].get("pair_accuracy"),
                                      "pairs": metrics["eval_pairs"], "ci95": metrics["after"].get("pair_accuracy_ci95"),
                                      "tasks": metrics["eval_tasks"]}
-        right[critic] = pair_outcomes(torch.tensor(metrics["after"]["margins"])).tolist()
+        right[critic] = pair_outcomes(metrics["after"]["margins"])
         pair_tasks[critic] = metrics["after"]["pair_task_ids"]
         pair_samples[critic] = metrics["after"].get("pair_samples")  # absent in critics of older versions
     # What c is worth: pair accuracy with c minus without, on the same held-out pairs, tasks resampled.

@@ -1,10 +1,10 @@
-"""torchrun support in one place: which process this is, and the few collective steps the stages take.
+"""torchrun in one place, so that critic.py and policy.py read as one process and scale with a few marked lines.
 
     torchrun --nproc_per_node=N critic.py SCORED.jsonl          # N processes: gloo on CPU, nccl on CUDA
     torchrun --nproc_per_node=N critic.py SCORED.jsonl --fsdp   # parameters sharded across them (FSDP2)
 
-A plain `python critic.py ...` is rank 0 of 1: nothing here then communicates (gather still moves
-tensors to the CPU).
+A plain `python critic.py ...` is process 0 of 1: `share` then yields every item with weight 1, `gather`
+returns its list, `wrap` returns the model, and nothing communicates. The stages never see a rank.
 """
 import contextlib
 import math
@@ -19,17 +19,41 @@ from torch.nn.parallel import DistributedDataParallel
 
 
 def init():
-    """(rank, world_size). Under torchrun, joins the process group; ranks other than 0 stay silent."""
+    """Under torchrun, join the process group; processes other than the first print nothing."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
     if world > 1 and not dist.is_initialized():
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    if rank > 0:  # only rank 0 prints progress and summaries
+    if not is_main():  # only the first process prints progress and summaries
         sys.stdout = open(os.devnull, "w")
         os.environ["TQDM_DISABLE"] = "1"
-    return rank, world
+
+
+def rank_and_world():
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def is_main():
+    """Whether this process writes the outputs: the only one, or torchrun's first."""
+    return rank_and_world()[0] == 0
+
+
+def share(items, model=None):
+    """This process's share of `items` as (item, weight) pairs; one process: every item, weight 1.
+
+    Under torchrun the shares are padded to the same length, because DDP's backward and every FSDP
+    forward need all processes (a padding item has weight 0), and a real item weighs the number of
+    processes: DDP and FSDP average gradients over processes, so a loss multiplied by its weight keeps
+    the mean over the whole batch. Given the DDP `model`, gradients are synchronized on the last item
+    only (the body of the loop runs inside DDP's no_sync for the others)."""
+    rank, world = rank_and_world()
+    mine = [(item, world) for item in items[rank::world]]
+    mine += [(items[0], 0)] * (math.ceil(len(items) / world) - len(mine))
+    for i, (item, weight) in enumerate(mine):
+        ddp_accumulates = isinstance(model, DistributedDataParallel) and i < len(mine) - 1
+        with model.no_sync() if ddp_accumulates else contextlib.nullcontext():
+            yield item, weight
 
 
 def to_cpu(value):
@@ -44,9 +68,9 @@ def to_cpu(value):
 
 
 def gather(items):
-    """This rank's list -> the lists of all ranks concatenated in rank order (the same on every rank).
-    Tensors come back on the CPU, with one process too: all_gather_object would hand each rank the
-    other ranks' tensors on the GPUs that made them. Callers move them to their device at use."""
+    """This process's list -> the lists of all processes concatenated in rank order (the same in every
+    process). Tensors come back on the CPU, with one process too: all_gather_object would hand each
+    process the others' tensors on the GPUs that made them. Callers move them to their device at use."""
     items = [to_cpu(item) for item in items]
     if not dist.is_initialized():
         return items
@@ -56,12 +80,12 @@ def gather(items):
 
 
 def wrap(model, fsdp=False, dtype=torch.float32):
-    """The model to train under torchrun. DistributedDataParallel: a whole replica on each rank,
-    gradients averaged. With `fsdp`, FSDP2 in place: each decoder layer, then the rest, sharded across
-    the ranks (parameters, gradients and AdamW states: 1/N each) and gathered one layer at a time for
-    the forward and the backward pass; with a bf16 `dtype` a layer is gathered in bf16 and gradients
-    are averaged in fp32, the shards staying fp32. Create the optimizer afterwards: FSDP replaces the
-    parameters."""
+    """The model to train under torchrun (else the model itself). DistributedDataParallel: a whole replica
+    in each process, gradients averaged. With `fsdp`, FSDP2 in place: each decoder layer, then the rest,
+    sharded across the processes (parameters, gradients and AdamW states: 1/N each) and gathered one
+    layer at a time for the forward and the backward pass; with a bf16 `dtype` a layer is gathered in
+    bf16 and gradients are averaged in fp32, the shards staying fp32. Create the optimizer afterwards:
+    FSDP replaces the parameters."""
     if not dist.is_initialized():
         return model
     if not fsdp:
@@ -77,25 +101,9 @@ def wrap(model, fsdp=False, dtype=torch.float32):
     return fully_shard(model, mp_policy=precision, reshard_after_forward=True)
 
 
-def sync_on_last(model, i, count):
-    """Accumulating gradients over `count` backward passes: DDP communicates only on the last one.
-    FSDP reduce-scatters after each: skipping that would keep the whole model's gradients on every rank."""
-    if isinstance(model, DistributedDataParallel) and i < count - 1:
-        return model.no_sync()
-    return contextlib.nullcontext()
-
-
-def shard(items, rank, world):
-    """This rank's share of `items`, padded so every rank runs the same number of passes (DDP's
-    backward and every FSDP forward need all ranks): [(item, weight)], weight 0 for the padding."""
-    mine = [(item, 1.0) for item in items[rank::world]]
-    rounds = math.ceil(len(items) / world)  # passes per rank
-    return mine + [(items[0], 0.0)] * (rounds - len(mine))
-
-
 def full_state_dict(model):
-    """The whole model's weights for save_pretrained. FSDP: every rank must call this (it gathers the
-    shards); rank 0 gets them on the CPU, the others an empty dict."""
+    """The whole model's weights for save_pretrained. FSDP: every process must call this (it gathers the
+    shards); the first gets them on the CPU, the others an empty dict."""
     if isinstance(model, FSDPModule):
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return model.state_dict()

@@ -43,3 +43,9 @@ def spearman(xs, ys):
     covariance = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
     spread = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
     return covariance / spread if spread else None
+
+
+def pair_outcomes(margins):
+    """Each preference pair's outcome from its margin (chosen score minus rejected score): 1 when the
+    chosen one scores higher, 0 when lower, and a tie (as when the critic equals π_ref) counts half."""
+    return [1.0 if margin > 0 else 0.5 if margin == 0 else 0.0 for margin in margins]

@@ -1,12 +1,12 @@
 """The critic as a step-level judge, checked where the tests can check it.
 
-    python -m colbench.judge runs/demo/train.scored.jsonl --model runs/demo/warm \
+    python judge.py runs/demo/train.scored.jsonl --model runs/demo/warm \
         --critic runs/demo/critic_reference --critic runs/demo/critic_no_reference --out runs/demo/judge
 
 For turn states of the tasks a critic held out (its metrics.json names them), sample candidate
 replies from the policy; keep the candidates that are final answers (the answer marker, or the
 last turn). evaluate.py runs each one's code against the task's tests. Then each critic scores
-the candidates (critic.score_candidates) and `critic.ranking_quality` compares its ranking with
+the candidates (critic.score_candidates) and `ranking_quality` compares its ranking with
 the tests: the % tests passed of its top-ranked answer against a random pick, and the rank
 correlation between its score and tests passed. This is how policy.py uses the critic (ranking
 candidates at one state), measured. Writes candidates.traj.jsonl, candidates.scored.jsonl and
@@ -25,8 +25,27 @@ from colbench.cli import at_least, fail, non_negative_float, non_negative_int, p
 from colbench.data import load_trajectories, write_jsonl
 from colbench.env import ANSWER_MARKER, agent_messages, extract_answer
 from colbench.models import DTYPES, chat_text, compute_dtype, default_device, describe_dtype, load_model
-from critic import load_critic, ranking_quality, score_candidates
+from colbench.stats import spearman
+from critic import load_critic, score_candidates
 from policy import sample_candidates, turn_states
+
+
+def ranking_quality(scores, tests_passed):
+    """How well the critic ranks candidate replies, against the tests. Both arguments: one list per
+    turn state, a value per candidate (its critic score; its fraction of tests passed).
+
+    critic_pick: tests passed by each state's top-scored candidate, averaged over states (best-of-N
+    by the critic); random_pick: the mean over all candidates (what a random pick gets on average);
+    rank_correlation: Spearman's correlation of score and tests passed within a state, averaged over
+    the states where the tests tell the candidates apart."""
+    picks = [tests[max(range(len(tests)), key=lambda i: state_scores[i])]
+             for state_scores, tests in zip(scores, tests_passed)]
+    correlations = [spearman(state_scores, tests) for state_scores, tests in zip(scores, tests_passed)]
+    correlations = [c for c in correlations if c is not None]
+    return {"critic_pick": sum(picks) / len(picks),
+            "random_pick": sum(sum(tests) / len(tests) for tests in tests_passed) / len(tests_passed),
+            "rank_correlation": sum(correlations) / len(correlations) if correlations else None,
+            "states": len(picks), "states_with_different_tests": len(correlations)}
 
 
 def main():

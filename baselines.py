@@ -1,0 +1,168 @@
+"""The paper's baselines beside SWEET-RL, and the demo's warm start: training on whole trajectories.
+
+    python baselines.py runs/backend_train.scored.jsonl --method mt-dpo    # -> runs/backend_train.mt-dpo/
+    python baselines.py runs/backend_train.scored.jsonl --method rft       # -> runs/backend_train.rft/
+
+mt-dpo, Multi-Turn DPO: two trajectories of one task paired by reward (critic.py's pairing rule), their
+log-probs summed over all agent turns, trained with policy.py's loss (Eq. 4) and loop. rft, Rejection
+Fine-Tuning: the NLL of the agent turns of the successful trajectories. sft: the same on every trajectory,
+scored or not (the demo's warm start on scripted dialogues, colbench/warmstart.py). Each agent turn is
+scored under the prompt the agent saw at that turn (--prompt and --max-turns as in the rollouts). Writes
+pairs.jsonl (mt-dpo, TRL's preference format) or sft.jsonl (TRL's prompt-completion format), args.json,
+log.jsonl and the checkpoint, which `rollout.py --agent` runs.
+"""
+import argparse
+import json
+import os
+import random
+import time
+
+import torch
+
+from colbench import distributed
+from colbench.cli import (fail, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
+                          trajectories_or_fail)
+from colbench.data import default_output, succeeded, write_jsonl
+from colbench.env import PROMPT_STYLES, agent_messages
+from colbench.models import DTYPES, compute_dtype, describe_dtype, load_model, plain_messages, shares_prefix, \
+    tokenize_turns
+from critic import PAIRINGS, preference_pairs
+from policy import completion_logps, reference_logps, save, train
+
+METHODS = ("mt-dpo", "rft", "sft")
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("scored", help="trajectories JSONL: scored (evaluate.py's output) for mt-dpo and rft")
+parser.add_argument("--method", required=True, choices=METHODS, help="Multi-Turn DPO, RFT, or sft (every trajectory)")
+parser.add_argument("--out", help="policy folder to write (default runs/<stem>.<method>)")
+parser.add_argument("--model", default="embedded", help="policy to start from: model folder, hub id, or 'embedded'")
+parser.add_argument("--data-fraction", type=fraction, default=1.0, help="use this random fraction of the trajectories")
+parser.add_argument("--max-turns", type=positive_int, default=10, help="the rollouts' turn budget (their prompts say so)")
+parser.add_argument("--prompt", default="default", choices=PROMPT_STYLES,
+                    help="the rollouts' prompt style (rollout.py --prompt): each turn is scored as the agent saw it")
+parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0,
+                    help="mt-dpo: paired rewards differ by at least this (0: any difference)")
+parser.add_argument("--pairing", default="all", choices=PAIRINGS,
+                    help="mt-dpo: which trajectories of a task make pairs, as critic.py --pairing")
+parser.add_argument("--beta", type=positive_float, default=0.1, help="mt-dpo: DPO temperature β'")
+parser.add_argument("--nll-coef", type=non_negative_float, default=0.01, help="mt-dpo: weight λ of the NLL term")
+parser.add_argument("--lr", type=positive_float, default=5e-6, help="AdamW learning rate")
+parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the pairs (rft, sft: trajectories)")
+parser.add_argument("--batch-size", type=positive_int, default=8, help="examples per optimizer step")
+parser.add_argument("--dtype", default="auto", choices=DTYPES,
+                    help="training forward passes; auto: bf16 where the hardware computes it natively")
+parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for subsetting and shuffling")
+scale = parser.add_argument_group("scale (docs/SCALING.md)")
+scale.add_argument("--gradient-checkpointing", action="store_true",
+                   help="recompute activations in the backward pass to save memory")
+scale.add_argument("--fsdp", action="store_true",
+                   help="under torchrun: shard weights, gradients and AdamW states across the processes (FSDP2)")
+
+
+def trajectory_prompt_completion(trajectory, args):
+    """The agent's first prompt (system + problem), and the rest of the dialogue as the completion."""
+    dialogue = plain_messages(trajectory["dialogue_history"])
+    return agent_messages(trajectory["task"], dialogue[:1], args.max_turns, args.prompt), dialogue[1:]
+
+
+def mt_dpo_pairs(trajectories, args):
+    """Multi-Turn DPO's pairs: whole trajectories of a task paired by reward, as rows in TRL's format."""
+    rows = []
+    for chosen, rejected in preference_pairs(trajectories, args.min_reward_gap, args.pairing):
+        prompt, chosen_completion = trajectory_prompt_completion(chosen, args)
+        _, rejected_completion = trajectory_prompt_completion(rejected, args)
+        rows.append({"task_id": chosen["task_id"], "chosen_sample_idx": chosen["sample_idx"],
+                     "rejected_sample_idx": rejected["sample_idx"], "prompt": prompt,
+                     "chosen": chosen_completion, "rejected": rejected_completion,
+                     "chosen_score": chosen["reward"], "rejected_score": rejected["reward"]})
+    return rows
+
+
+def sft_rows(trajectories, args):
+    """The agent turns of each trajectory as a completion (rft: of the successful ones only)."""
+    return [{"task_id": t["task_id"], "sample_idx": t["sample_idx"],
+             **dict(zip(("prompt", "completion"), trajectory_prompt_completion(t, args)))}
+            for t in trajectories if args.method == "sft" or succeeded(t)]
+
+
+def agent_turn_sequences(tokenizer, trajectory, args):
+    """[(ids, spans)] that score every agent turn of a trajectory under the prompt the agent saw at that
+    turn: one sequence for each run of turns that saw the same system prompt, the turns that follow
+    it belonging to later sequences. Default style: a dialogue that reached --max-turns gives two, its
+    last turn having seen a last-turn note; otherwise one."""
+    dialogue = plain_messages(trajectory["dialogue_history"])
+    runs = []  # (the messages through the run's last turn, how many agent turns the run holds)
+    for i, turn in enumerate(dialogue):
+        if turn["role"] != "assistant":
+            continue
+        messages = agent_messages(trajectory["task"], dialogue[:i], args.max_turns, args.prompt) + [turn]
+        if runs and runs[-1][0][0] == messages[0]:
+            runs[-1] = (messages, runs[-1][1] + 1)
+        else:
+            runs.append((messages, 1))
+    sequences = []
+    for messages, turns in runs:
+        ids, spans = tokenize_turns(tokenizer, messages)
+        sequences.append((ids, spans[-turns:]))
+    return sequences
+
+
+def nll_loss(model, example, args):
+    """rft and sft: the NLL of a trajectory's agent turns, a mean over their tokens."""
+    logps, counts, tokens = completion_logps(model, example["completion"], shares_prefix(args))
+    nll = -logps.sum() / counts.sum()
+    return nll, {"nll": nll.item()}, tokens
+
+
+def main(args):
+    distributed.init()  # torchrun: join the process group; a plain run is the only process
+    out = args.out or default_output(args.scored, "." + args.method)
+    print(f"baselines ({args.method}):", json.dumps(vars(args)), f"-> {out}/", flush=True)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    trajectories = trajectories_or_fail(args.scored, rewards_for=None if args.method == "sft" else args.method)
+    if args.data_fraction < 1.0:
+        keep = max(1, round(args.data_fraction * len(trajectories)))
+        trajectories = [trajectories[i] for i in sorted(random.Random(args.seed).sample(range(len(trajectories)), keep))]
+    if args.method == "mt-dpo":
+        rows = mt_dpo_pairs(trajectories, args)
+        print(f"{len(rows)} trajectory pairs from {len(trajectories)} trajectories")
+        if not rows:
+            fail(f"no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap} "
+                 f"under --pairing {args.pairing}")
+    else:
+        rows = sft_rows(trajectories, args)
+        print(f"{len(rows)} {'successful ' if args.method == 'rft' else ''}trajectories of {len(trajectories)} "
+              "to fine-tune on")
+        if not rows:
+            fail("no successful trajectory to fine-tune on" if args.method == "rft" else "no trajectory to fine-tune on")
+    dtype, why = compute_dtype(args.dtype)
+    describe_dtype(args.method, dtype, why)
+    data_file = "pairs.jsonl" if args.method == "mt-dpo" else "sft.jsonl"
+    os.makedirs(out, exist_ok=True)
+    if distributed.is_main():
+        with open(os.path.join(out, "args.json"), "w") as f:
+            json.dump(vars(args), f, indent=2)
+        write_jsonl(os.path.join(out, data_file), rows)
+
+    model, tokenizer = load_model(args.model, trainable=True)  # fp32 master weights
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    trained = distributed.wrap(model, args.fsdp, dtype)  # torchrun: DDP replicas or FSDP2 shards; else `model`
+    by_key = {(t["task_id"], t["sample_idx"]): t for t in trajectories}
+    started = time.time()
+    if args.method == "mt-dpo":  # each side: its trajectory's agent turns, under the prompts the agent saw
+        examples = [{side: agent_turn_sequences(tokenizer, by_key[row["task_id"], row[f"{side}_sample_idx"]], args)
+                     for side in ("chosen", "rejected")} for row in rows]
+        reference_logps(model, examples, dtype, shares_prefix(args))  # π_ref: the policy before training
+        history = train(trained, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), dtype)
+    else:
+        examples = [{"completion": agent_turn_sequences(tokenizer, by_key[row["task_id"], row["sample_idx"]], args)}
+                    for row in rows]
+        history = train(trained, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), dtype,
+                        example_loss=nll_loss)
+    save(out, model, tokenizer, history, started, data_file)
+
+
+if __name__ == "__main__":
+    main(parser.parse_args())
