@@ -22,10 +22,10 @@ import torch
 from colbench import distributed
 from colbench.cli import (fail, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                           trajectories_or_fail)
-from colbench.data import default_output, succeeded, write_jsonl
+from colbench.data import default_output, succeeded, task_subset, write_jsonl
 from colbench.env import PROMPT_STYLES, agent_messages
-from colbench.models import DTYPES, compute_dtype, describe_dtype, load_model, plain_messages, shares_prefix, \
-    tokenize_turns
+from colbench.models import (DTYPES, SCHEDULES, compute_dtype, describe_dtype, load_model, plain_messages,
+                             shares_prefix, tokenize_turns)
 from critic import PAIRINGS, preference_pairs
 from policy import completion_logps, reference_logps, save, train
 
@@ -36,8 +36,9 @@ parser.add_argument("scored", help="trajectories JSONL: scored (evaluate.py's ou
 parser.add_argument("--method", required=True, choices=METHODS, help="Multi-Turn DPO, RFT, or sft (every trajectory)")
 parser.add_argument("--out", help="policy folder to write (default runs/<stem>.<method>)")
 parser.add_argument("--model", default="embedded", help="policy to start from: model folder, hub id, or 'embedded'")
-parser.add_argument("--data-fraction", type=fraction, default=1.0, help="use this random fraction of the trajectories")
-parser.add_argument("--max-turns", type=positive_int, default=10, help="the rollouts' turn budget (their prompts say so)")
+parser.add_argument("--data-fraction", type=fraction, default=1.0,
+                    help="use the trajectories of this random fraction of the tasks (as policy.py, same --seed)")
+parser.add_argument("--max-turns", type=positive_int, default=10, help="the turn budget of the rollouts (--max-turns)")
 parser.add_argument("--prompt", default="default", choices=PROMPT_STYLES,
                     help="the rollouts' prompt style (rollout.py --prompt): each turn is scored as the agent saw it")
 parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0,
@@ -49,6 +50,8 @@ parser.add_argument("--nll-coef", type=non_negative_float, default=0.01, help="m
 parser.add_argument("--lr", type=positive_float, default=5e-6, help="AdamW learning rate")
 parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the pairs (rft, sft: trajectories)")
 parser.add_argument("--batch-size", type=positive_int, default=8, help="examples per optimizer step")
+parser.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,
+                    help="constant, or cosine: the official code's (3%% warm-up, cosine decay to 0.1x the LR)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="training forward passes; auto: bf16 where the hardware computes it natively")
 parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for subsetting and shuffling")
@@ -121,9 +124,7 @@ def main(args):
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     trajectories = trajectories_or_fail(args.scored, rewards_for=None if args.method == "sft" else args.method)
-    if args.data_fraction < 1.0:
-        keep = max(1, round(args.data_fraction * len(trajectories)))
-        trajectories = [trajectories[i] for i in sorted(random.Random(args.seed).sample(range(len(trajectories)), keep))]
+    trajectories = task_subset(trajectories, args.data_fraction, random.Random(args.seed))
     if args.method == "mt-dpo":
         rows = mt_dpo_pairs(trajectories, args)
         print(f"{len(rows)} trajectory pairs from {len(trajectories)} trajectories")
@@ -135,7 +136,7 @@ def main(args):
         print(f"{len(rows)} {'successful ' if args.method == 'rft' else ''}trajectories of {len(trajectories)} "
               "to fine-tune on")
         if not rows:
-            fail("no successful trajectory to fine-tune on" if args.method == "rft" else "no trajectory to fine-tune on")
+            fail("no successful trajectory to fine-tune on" if args.method == "rft" else "no trajectory to train on")
     dtype, why = compute_dtype(args.dtype)
     describe_dtype(args.method, dtype, why)
     data_file = "pairs.jsonl" if args.method == "mt-dpo" else "sft.jsonl"

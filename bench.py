@@ -242,8 +242,8 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
                   {"role": "user", "content": words(prompt_tokens, rng)}]
         rows.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": words(reply_tokens, rng)}],
                      "rejected": [{"role": "assistant", "content": words(reply_tokens, rng)}]})
-    settings = argparse.Namespace(method="sweet", lr=5e-6, epochs=1, batch_size=batch_size, beta=0.1, nll_coef=0.01,
-                                  fsdp=False, gradient_checkpointing=False)
+    settings = argparse.Namespace(lr=5e-6, epochs=1, batch_size=batch_size, beta=0.1, nll_coef=0.01,
+                                  fsdp=False, gradient_checkpointing=False, lr_schedule="constant")
 
     dtype, _ = compute_dtype("auto")  # fp32 master weights on both sides; bf16 autocast where native
     torch.manual_seed(0)
@@ -252,7 +252,7 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
 
     def ours():
         examples = [policy.reply_pair_example(tokenizer, row) for row in rows]
-        policy.add_reference_logps(model, examples, dtype)
+        policy.reference_logps(model, examples, dtype)
         with tempfile.TemporaryDirectory() as folder:
             policy.train(model, examples, settings, random.Random(0), f"{folder}/log.jsonl", dtype)
     ours_s = timed(ours)

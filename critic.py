@@ -28,8 +28,8 @@ from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, 
                           positive_int, trajectories_or_fail)
 from colbench.data import default_output, succeeded, task_kind, write_jsonl
 from colbench.env import agent_messages
-from colbench.models import (DTYPES, autocast, compute_dtype, describe_dtype, load_model, resolve_model,
-                             sequence_logps, shared_prefix_logps, shares_prefix, tokenize_turns)
+from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype, load_model,
+                             resolve_model, sequence_logps, shared_prefix_logps, shares_prefix, tokenize_turns)
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
 
 PAIRINGS = ("all", "official")  # the rules of preference_pairs
@@ -56,6 +56,11 @@ parser.add_argument("--no-solution", action="store_true",
                     help="leave out the solution c (ablation: w/o training-time information)")
 parser.add_argument("--no-normalize", action="store_true",
                     help="sum over a turn's tokens instead of averaging (ablation: w/o normalization)")
+parser.add_argument("--trajectory-score", default="turn-sum", choices=("turn-sum", "token-mean"),
+                    help="a trajectory's score in Eq. 2: turn-sum, the paper's sum of turn advantages, or "
+                         "token-mean, the official code's mean over all its agent tokens")
+parser.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,
+                    help="constant, or cosine: the official code's (3%% warm-up, cosine decay to 0.1x the LR)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="forward passes; auto: bf16 autocast where the hardware computes bf16 natively, else fp32")
 parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for the split, the pair order and the model")
@@ -82,25 +87,20 @@ def critic_messages(task, dialogue, use_solution=True):
 
 def fit_to_length(tokenizer, task, dialogue, use_solution, max_length):
     """(ids, agent-turn spans, agent turns dropped, what was cut or '') of the critic's view, cut to
-    `max_length` tokens: the oldest (user, agent) exchanges go first, then the tail of c."""
-    solution = tokenizer(task["ground_truth"], add_special_tokens=False)["input_ids"]
-    dropped, solution_kept = 0, len(solution)
+    `max_length` tokens: the oldest exchanges (an agent turn and the human's reply to it) go first. The
+    problem and c always stay; a dialogue still too long with one agent turn left is kept whole."""
+    dropped = 0
     while True:
         ids, spans = tokenize_turns(tokenizer, critic_messages(task, dialogue, use_solution))
-        excess = len(ids) - max_length
         agent_turns = [i for i, turn in enumerate(dialogue) if turn["role"] == "assistant"]
-        if excess > 0 and len(agent_turns) > 1:  # the dialogue then opens with the human's reply to the dropped turn
-            dialogue, dropped = dialogue[agent_turns[0] + 1:], dropped + 1
-        elif excess > 0 and use_solution and solution_kept > 0:
-            solution_kept = max(0, solution_kept - excess - 4)  # slack: cut text re-tokenizes a little differently
-            task = dict(task, ground_truth=tokenizer.decode(solution[:solution_kept]) + "\n[... cut]")
-        else:
+        if len(ids) <= max_length or len(agent_turns) < 2:
             cuts = [f"dropped the oldest {dropped} agent turn(s)"] if dropped else []
-            if solution_kept < len(solution):
-                cuts.append(f"cut the reference solution to {solution_kept} tokens")
-            if excess > 0:
+            if len(ids) > max_length:
                 cuts.append(f"still {len(ids)} tokens, kept whole")
             return ids, spans, dropped, ", ".join(cuts)
+        first = agent_turns[0]
+        reply = first + 1 < len(dialogue) and dialogue[first + 1]["role"] == "user"
+        dialogue, dropped = dialogue[:first] + dialogue[first + 1 + reply:], dropped + 1
 
 
 def key(trajectory):
@@ -134,9 +134,18 @@ def turn_advantages(critic_logps, reference_logps, spans, normalize=True):
     return torch.stack([turn.mean() if normalize else turn.sum() for turn in per_turn])  # [turns]
 
 
-def trajectory_scores(logps, reference, views, keys, normalize=True):
-    """Σ_t A_t of each trajectory, its score in Eq. 2: [len(keys)]. logps, reference: {key: [seq - 1]}."""
-    return torch.stack([turn_advantages(logps[k], reference[k], views[k]["spans"], normalize).sum() for k in keys])
+def trajectory_scores(logps, reference, views, keys, normalize=True, score="turn-sum"):
+    """Each trajectory's score in Eq. 2: [len(keys)]. logps, reference: {key: [seq - 1]}. turn-sum, the
+    paper's: Σ_t A_t. token-mean, the official code's: one mean of the log-ratio over all the agent tokens,
+    Σ_t (L_t / L) A_t. normalize=False (w/o normalization) sums over the tokens either way."""
+    scores = []
+    for k in keys:
+        advantages = turn_advantages(logps[k], reference[k], views[k]["spans"], normalize)  # [turns]
+        if score == "token-mean" and normalize:
+            lengths = advantages.new_tensor([end - start for start, end in views[k]["spans"]])  # L_t
+            advantages = advantages * lengths / lengths.sum()
+        scores.append(advantages.sum())
+    return torch.stack(scores)
 
 
 def bradley_terry_loss(chosen_scores, rejected_scores, beta):
@@ -236,7 +245,7 @@ def frozen_logps(model, views, keys_of, dtype, share_prefix, desc):
     """task_logps of the trajectories of each task ({task_id: keys}), without gradients."""
     model.eval()
     mine = []
-    for task_id, weight in tqdm(distributed.share(sorted(keys_of)), desc=desc, unit="task"):  # torchrun: a share
+    for task_id, weight in tqdm(list(distributed.share(sorted(keys_of))), desc=desc, unit="task"):  # torchrun: a share
         with autocast(model.device, dtype):
             logps = task_logps(model, views, keys_of[task_id], share_prefix)
         if weight:  # torchrun: weight 0 marks a padding pass
@@ -249,17 +258,19 @@ def frozen_logps(model, views, keys_of, dtype, share_prefix, desc):
 def train(model, views, reference, train_pairs, args, rng, dtype, log_path):
     """AdamW over batches of whole tasks, in a new random order each epoch; a log line per step.
     `model` is as distributed.wrap returned it. Returns the number of steps."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     pairs_of = {}  # task_id -> its training pairs
     for pair in train_pairs:
         pairs_of.setdefault(pair[0]["task_id"], []).append(pair)
+    epochs = []  # each epoch's batches: whole tasks, in a new random order
+    for _ in range(args.epochs):
+        order = list(pairs_of)
+        rng.shuffle(order)
+        epochs.append(task_batches(order, pairs_of, args.batch_size))
+    optimizer, schedule = adamw(model, args.lr, sum(map(len, epochs)), args.lr_schedule)
     keys_of, normalize, device = by_task(views), not args.no_normalize, next(model.parameters()).device
     step = 0
     with open(log_path if distributed.is_main() else os.devnull, "w") as log:
-        for epoch in range(1, args.epochs + 1):
-            order = list(pairs_of)
-            rng.shuffle(order)
-            batches = task_batches(order, pairs_of, args.batch_size)
+        for epoch, batches in enumerate(epochs, 1):
             for number, batch in enumerate(batches, 1):
                 started, scored = time.time(), []
                 batch_pairs = sum(len(pairs_of[task_id]) for task_id in batch)
@@ -270,8 +281,10 @@ def train(model, views, reference, train_pairs, args, rng, dtype, log_path):
                     with autocast(device, dtype):
                         logps = task_logps(model, views, keys_of[task_id], shares_prefix(args))
                     # --- SWEET-RL: each trajectory's Σ_t A_t (Eq. 3), the Bradley-Terry loss on the pairs (Eq. 2)
-                    chosen = trajectory_scores(logps, reference, views, [key(c) for c, _ in pairs], normalize)
-                    rejected = trajectory_scores(logps, reference, views, [key(r) for _, r in pairs], normalize)
+                    chosen = trajectory_scores(logps, reference, views, [key(c) for c, _ in pairs], normalize,
+                                               args.trajectory_score)
+                    rejected = trajectory_scores(logps, reference, views, [key(r) for _, r in pairs], normalize,
+                                                 args.trajectory_score)
                     loss = bradley_terry_loss(chosen, rejected, args.beta) * len(pairs) / batch_pairs
                     (loss * weight).backward()  # gradients add up over the batch's tasks
                     if weight:
@@ -279,6 +292,7 @@ def train(model, views, reference, train_pairs, args, rng, dtype, log_path):
                         scored += [(c, r, tokens) for c, r in zip(chosen.tolist(), rejected.tolist())]
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
+                schedule.step()
                 step += 1
                 record = dict(step=step, epoch=epoch, **step_statistics(distributed.gather(scored), args.beta,
                                                                         time.time() - started))
@@ -309,8 +323,10 @@ def evaluate(model, views, reference, eval_pairs, args, dtype):
     held_out = by_task(dict.fromkeys(key(t) for pair in eval_pairs for t in pair))
     logps = frozen_logps(model, views, held_out, dtype, shares_prefix(args), "held-out log-probs")
     advantages = {k: turn_advantages(logps[k], reference[k], views[k]["spans"], normalize) for k in logps}
-    chosen = trajectory_scores(logps, reference, views, [key(c) for c, _ in eval_pairs], normalize)
-    rejected = trajectory_scores(logps, reference, views, [key(r) for _, r in eval_pairs], normalize)
+    chosen = trajectory_scores(logps, reference, views, [key(c) for c, _ in eval_pairs], normalize,
+                               args.trajectory_score)
+    rejected = trajectory_scores(logps, reference, views, [key(r) for _, r in eval_pairs], normalize,
+                                 args.trajectory_score)
     margins = (chosen - rejected).tolist()
     outcomes = {}  # task_id -> the outcome of each of its pairs, for the task bootstrap
     for (chosen_trajectory, _), outcome in zip(eval_pairs, pair_outcomes(margins)):

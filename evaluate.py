@@ -94,12 +94,11 @@ def extract_code(answer):
 
 
 # --- the official evaluator's rules (--official-scoring) ---------------------------------------------
-# An answer holding any of these scores 0 in the official evaluator. Its source (sweet_rl's
-# sweet_rl/utils/code_utils.py) was not at hand to check: this is the list that a third-party port of
-# it (MASEval's ColBench evaluator) gives, matched as plain substrings of the whole answer, prose
-# included ("rewrite" holds "write").
-OFFICIAL_BANNED = ("import os", "from os", "import sys", "from sys", "open(", "print(", "write", "sudo",
-                   "transformers", "exit(", "quit(", "argparse")
+# An answer holding any of these scores 0 in the official evaluator: the list its `check_correctness` applies,
+# matched as plain substrings of the answer after the marker, prose included ("exit(" in "sys.exit(" too).
+# A second list in the official code (print(, open(, write) sits in a helper that nothing calls: not applied.
+OFFICIAL_BANNED = ("import os", "from os", "import sys", "from sys", "sudo", "transformers", "exit(", "quit(",
+                   "argparse")
 
 
 def banned_substring(answer):

@@ -25,11 +25,11 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.cli import (at_least, fail, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                           require_server, server_url, trajectories_or_fail)
-from colbench.data import default_output, task_kind, write_jsonl
+from colbench.data import DataError, default_output, read_jsonl, task_kind, task_subset, write_jsonl
 from colbench.env import ANSWER_MARKER, PROMPT_STYLES, agent_messages
-from colbench.models import (DTYPES, EndpointChat, autocast, chat_text, compute_dtype, describe_dtype, generate,
-                             load_model, plain_messages, sequence_logps, shared_prefix_logps, shares_prefix,
-                             tokenize_turns)
+from colbench.models import (DTYPES, SCHEDULES, EndpointChat, adamw, autocast, chat_text, compute_dtype,
+                             describe_dtype, generate, load_model, plain_messages, sequence_logps,
+                             shared_prefix_logps, shares_prefix, tokenize_turns)
 from critic import load_critic, score_candidates
 
 RANDOM_CRITIC = "random"  # --critic random: scores drawn at random, a control for what the critic's ranking adds
@@ -45,17 +45,22 @@ parser.add_argument("--candidates", type=at_least(2), default=16,
 parser.add_argument("--pairs-per-turn", type=positive_int, default=4, help="preference pairs drawn per turn state")
 parser.add_argument("--last-turn-twins", action="store_true",
                     help="backend: also train each question-over-answer pair reversed, as at a last turn")
-parser.add_argument("--data-fraction", type=fraction, default=1.0, help="use this random fraction of the trajectories")
-parser.add_argument("--max-turns", type=positive_int, default=10, help="the rollouts' turn budget (their prompts say so)")
+parser.add_argument("--data-fraction", type=fraction, default=1.0,
+                    help="use the trajectories of this random fraction of the tasks (as baselines.py, same --seed)")
+parser.add_argument("--sampled", help="candidates.jsonl of an earlier run on the same data: rank its candidates "
+                                      "instead of sampling (the controls: the same candidates, another ranking)")
+parser.add_argument("--max-turns", type=positive_int, default=10, help="the turn budget of the rollouts (--max-turns)")
 parser.add_argument("--prompt", default="default", choices=PROMPT_STYLES,
                     help="the rollouts' prompt style (rollout.py --prompt): each state is shown as the agent saw it")
 parser.add_argument("--max-new-tokens", type=positive_int, default=256, help="tokens per sampled reply at most")
-parser.add_argument("--temperature", type=non_negative_float, default=1.0, help="sampling temperature of the candidates")
+parser.add_argument("--temperature", type=non_negative_float, default=1.0, help="the candidates' sampling temperature")
 parser.add_argument("--beta", type=positive_float, default=0.1, help="DPO temperature β' (Eq. 4)")
 parser.add_argument("--nll-coef", type=non_negative_float, default=0.01, help="weight λ of the NLL term (Eq. 4)")
 parser.add_argument("--lr", type=positive_float, default=5e-6, help="AdamW learning rate (paper: 2e-7 for 8B models)")
 parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the pairs")
 parser.add_argument("--batch-size", type=positive_int, default=8, help="pairs per optimizer step, one per forward pass")
+parser.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,
+                    help="constant, or cosine: the official code's (3%% warm-up, cosine decay to 0.1x the LR)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="sampling, ranking and training forward passes; auto: bf16 where the hardware computes it "
                          "natively")
@@ -218,7 +223,7 @@ def reference_logps(model, examples, dtype=torch.float32, share_prompt=True):
     the example, the way training computes the policy's."""
     model.eval()
     mine = []
-    for i, weight in tqdm(distributed.share(range(len(examples))), desc="π_ref log-probs", unit="pair"):
+    for i, weight in tqdm(list(distributed.share(range(len(examples)))), desc="π_ref log-probs", unit="pair"):
         with autocast(model.device, dtype):
             logps, _, _ = pair_logps(model, examples[i], share_prompt)
         if weight:  # torchrun: weight 0 marks a padding pass
@@ -245,8 +250,8 @@ def train(model, examples, args, rng, log_path, dtype=torch.float32, example_los
     """AdamW over shuffled batches of --batch-size examples, one per forward pass, gradients added up
     over a batch; a log line per step, its statistics averaged over the batch. `model` is as
     distributed.wrap returned it. baselines.py passes its own `example_loss`."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     steps_per_epoch = (len(examples) + args.batch_size - 1) // args.batch_size
+    optimizer, schedule = adamw(model, args.lr, steps_per_epoch * args.epochs, args.lr_schedule)
     device, history = next(model.parameters()).device, []
     with open(log_path if distributed.is_main() else os.devnull, "w") as log:
         for epoch in range(args.epochs):
@@ -262,6 +267,7 @@ def train(model, examples, args, rng, log_path, dtype=torch.float32, example_los
                         measured.append(dict(stats, loss=loss.item(), tokens=tokens))
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
+                schedule.step()
                 optimizer.zero_grad()
                 measured = distributed.gather(measured)  # torchrun: the whole batch, for the log
                 record = {"step": step, "epoch": epoch + 1,
@@ -277,12 +283,12 @@ def train(model, examples, args, rng, log_path, dtype=torch.float32, example_los
 
 # ---------------------------------------------------------------- the stage's three phases
 
-def sample(states, args, dtype):
+def sample(states, args):
     """Phase 1: --candidates replies at each state, from the starting policy (here, or on --sampler)."""
     conversations = [agent_messages(t["task"], history, args.max_turns, args.prompt) for t, _, history in states]
     if args.sampler:
         return sample_from_server(args.sampler, conversations, args)
-    model, tokenizer = load_model(args.model, dtype=dtype)
+    model, tokenizer = load_model(args.model, dtype=compute_dtype(args.dtype)[0])
     prompts = [chat_text(tokenizer, messages, add_generation_prompt=True) for messages in conversations]
     candidates = sample_candidates(model, tokenizer, prompts, args.candidates, args)
     del model
@@ -290,23 +296,44 @@ def sample(states, args, dtype):
     return candidates
 
 
+def state_key(state):
+    trajectory, turn, _ = state
+    return trajectory["task_id"], trajectory["sample_idx"], turn
+
+
+def earlier_candidates(path, states):
+    """{state key: candidates} from the candidates.jsonl of an earlier run (--sampled); every state needed."""
+    try:
+        rows = [row for _, row in read_jsonl(path)]
+        found = {(row["task_id"], row["sample_idx"], row["turn"]): row["candidates"] for row in rows}
+    except (DataError, KeyError) as e:
+        fail(f"--sampled {path}: not a candidates.jsonl of policy.py ({e})")
+    missing = [key for key in map(state_key, states) if key not in found]
+    if missing:
+        fail(f"--sampled {path}: no candidates for {len(missing)} of the {len(states)} turn states, e.g. "
+             f"task {missing[0][0]}, sample {missing[0][1]}, turn {missing[0][2]}: was it sampled from this data?")
+    return found
+
+
 def rank(states, candidates, critic_dir, args, rng, dtype):
-    """Phase 2: each state's candidates scored by the critic (or at random), then paired: pairs.jsonl rows."""
+    """Phase 2: each state's candidates scored by the critic (or at random), then paired: (the scores of each
+    state, pairs.jsonl rows)."""
     if critic_dir == RANDOM_CRITIC:
         draw = random.Random(f"random scores {args.seed}")
         critic = None
     else:
         critic = load_critic(critic_dir, dtype=dtype)
-    rows = []
+    all_scores, rows = [], []
     for (trajectory, turn, history), replies in tqdm(list(zip(states, candidates)), desc="ranking", unit="state"):
         if critic is None:
             scores = [draw.random() for _ in replies]
         else:
             scores = score_candidates(critic, trajectory["task"], history, replies)
+        all_scores.append(scores)
         rows += state_pairs(trajectory, turn, history, replies, scores, args, rng)
     del critic
     gc.collect()
-    return rows
+    return all_scores, rows
 
 
 def save(out, model, tokenizer, history, started, data_file):
@@ -330,10 +357,7 @@ def main(args):
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    trajectories = trajectories_or_fail(args.scored)
-    if args.data_fraction < 1.0:
-        keep = max(1, round(args.data_fraction * len(trajectories)))
-        trajectories = [trajectories[i] for i in sorted(rng.sample(range(len(trajectories)), keep))]
+    trajectories = task_subset(trajectories_or_fail(args.scored), args.data_fraction, rng)
     states = turn_states(trajectories)
     critic_dir = args.critic or default_output(args.scored, ".critic")
     # What the phases need, checked before any model loads.
@@ -343,12 +367,14 @@ def main(args):
         fail(f"no critic at {critic_dir}: run `python critic.py {args.scored}` first, or pass --critic")
     if args.sampler:
         require_server("--sampler", args.sampler)
+    sampled = earlier_candidates(args.sampled, states) if args.sampled else None
     dtype, why = compute_dtype(args.dtype)
     describe_dtype("policy", dtype, why)
 
     mine = [state for state, weight in distributed.share(states) if weight]  # torchrun: this process's states
-    candidates = sample(mine, args, dtype)
-    rows = distributed.gather(rank(mine, candidates, critic_dir, args, rng, dtype))  # torchrun: every pair
+    candidates = [sampled[state_key(state)] for state in mine] if sampled else sample(mine, args)
+    scores, rows = rank(mine, candidates, critic_dir, args, rng, dtype)
+    rows = distributed.gather(rows)  # torchrun: every process's pairs
     print(f"{len(rows)} pairs from {len(states)} turn states of {len(trajectories)} trajectories")
     if not rows:
         fail("no pairs: every candidate of every state scored the same")
@@ -357,6 +383,9 @@ def main(args):
         with open(os.path.join(out, "args.json"), "w") as f:
             json.dump(vars(args), f, indent=2)
         write_jsonl(os.path.join(out, "pairs.jsonl"), rows)
+    write_jsonl(os.path.join(out, "candidates.jsonl") if distributed.is_main() else os.devnull, distributed.gather(
+        [dict(zip(("task_id", "sample_idx", "turn"), state_key(state)), candidates=replies, scores=state_scores)
+         for state, replies, state_scores in zip(mine, candidates, scores)]))
 
     # Phase 3: DPO + NLL from the starting policy, fp32 master weights (bf16 would round lr-sized updates away).
     model, tokenizer = load_model(args.model, trainable=True)

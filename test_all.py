@@ -980,7 +980,10 @@ def test_eval_official_scoring_first_block_function_scope_and_banned_substrings(
                           1.0, 0.0),
         "module_import": ("import math\n\n\ndef f(x):\n    return math.floor(x) * 2\n", 1.0, 0.0),
         "module_helper": ("def twice(x):\n    return 2 * x\n\n\ndef f(x):\n    return twice(x)\n", 1.0, 0.0),
-        "banned_word": ("A rewrite of it:\n```python\n" + CODE + "```", 1.0, 0.0),
+        "banned_word": ("A version that uses no argparse:\n```python\n" + CODE + "```", 1.0, 0.0),
+        # the official check_correctness bans none of these (its print/open/write list is never called)
+        "prints": ("I WANT TO ANSWER:\n```python\ndef f(x):\n    print(x)\n    return x * 2\n```", 1.0, 1.0),
+        "writes": ("A rewrite, no opening:\n```python\ndef f(x):\n    return x * 2 if open else 0\n```", 1.0, 1.0),
     }
     records = [trajectory(answer, sample_idx=k) for k, (answer, _, _) in enumerate(answers.values())]
     records.append(trajectory(CODE, task_id="floor", reference=floor_reference, sample_idx=0))
@@ -993,7 +996,8 @@ def test_eval_official_scoring_first_block_function_scope_and_banned_substrings(
     assert [r["reward"] for r in official] == [expected for _, _, expected in answers.values()] + [0.0]
     by_name = dict(zip(list(answers) + ["floor"], official))
     assert by_name["banned_word"]["failure"] == "banned substring"
-    assert "'write'" in by_name["banned_word"]["failure_detail"]
+    assert "'argparse'" in by_name["banned_word"]["failure_detail"]
+    assert by_name["writes"]["failure"] is None and by_name["prints"]["failure"] is None  # run, not banned
     assert by_name["module_import"]["failure"] == "exception"
     assert "NameError" in by_name["module_import"]["failure_detail"]
     assert by_name["floor"]["failure"] == "broken test"  # the reference itself imports at module level
@@ -1257,6 +1261,40 @@ def test_critic_turn_advantage_is_the_mean_or_sum_of_its_tokens():
     assert summed.tolist() == [1.0, -3.0]
 
 
+def test_trajectory_score_is_the_papers_sum_of_turn_means_or_the_official_mean_over_tokens():
+    critic_logps, reference_logps = torch.tensor([-1.0, -2.0, -3.0, -4.0, -5.0]), torch.full((5,), -3.0)
+    # turn 1: tokens 2..3 (log-ratios 1, 0); turn 2: tokens 4..6 (log-ratios -1, -2, and 0 at token 6)
+    views = {"t": {"spans": [(2, 4), (4, 6)]}}
+    logps, reference = {"t": critic_logps}, {"t": reference_logps}
+    assert critic.trajectory_scores(logps, reference, views, ["t"]).item() == pytest.approx(0.5 - 1.5)
+    assert critic.trajectory_scores(logps, reference, views, ["t"], score="token-mean").item() == pytest.approx(
+        (1 + 0 - 1 - 2) / 4)
+    views = {"t": {"spans": [(1, 4), (4, 5)]}}  # turns of 3 and 1 tokens: the mean over tokens weighs them 3:1
+    assert critic.trajectory_scores(logps, reference, views, ["t"], score="token-mean").item() == pytest.approx(
+        (2 + 1 + 0 - 1) / 4)
+    assert critic.trajectory_scores(logps, reference, views, ["t"], normalize=False, score="token-mean").item() == \
+        pytest.approx(2 + 1 + 0 - 1)  # w/o normalization: the sum over tokens either way
+
+
+def test_the_cosine_schedule_warms_up_over_3_percent_then_decays_to_a_tenth():
+    from colbench.models import adamw
+    model = torch.nn.Linear(2, 2)
+
+    def learning_rates(schedule, steps):
+        optimizer, scheduler = adamw(model, 1.0, steps, schedule)
+        rates = []
+        for _ in range(steps):
+            rates.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        return rates
+    assert learning_rates("constant", 5) == [1.0] * 5
+    rates = learning_rates("cosine", 100)  # 3 warm-up steps
+    assert rates[:3] == pytest.approx([1 / 3, 2 / 3, 1.0]) and rates[-1] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(rates[2:], rates[3:])) and rates[51] == pytest.approx(0.55, abs=0.02)
+    assert adamw(model, 1.0, 10)[0].param_groups[0]["weight_decay"] == 0.0
+
+
 def test_critic_prompt_holds_the_solution_and_spans_select_exactly_the_agent_tokens(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     dialogue = HISTORY + [{"role": "assistant", "content": CANDIDATES[0]}]
@@ -1332,12 +1370,14 @@ def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory
 def test_ranking_quality_on_a_planted_case():
     # State 1: the critic ranks the passing answer first; state 2: it ranks them exactly backwards.
     from judge import ranking_quality
-    quality = ranking_quality([[0.9, 0.1, -0.5], [0.3, 0.2]], [[1.0, 0.5, 0.0], [0.0, 1.0]])
+    quality = ranking_quality([[0.9, 0.1, -0.5], [0.3, 0.2]], [[1.0, 0.5, 0.0], [0.0, 1.0]], ["a", "b"])
     assert quality["critic_pick"] == pytest.approx((1.0 + 0.0) / 2)
     assert quality["random_pick"] == pytest.approx((0.5 + 0.5) / 2)
+    assert quality["difference"] == pytest.approx(0.0) and (quality["states"], quality["tasks"]) == (2, 2)
+    assert quality["difference_ci95"] == [pytest.approx(-0.5), pytest.approx(0.5)]  # either task drawn twice
     assert quality["rank_correlation"] == pytest.approx((1.0 - 1.0) / 2)
     # Tests that cannot tell candidates apart give no correlation; ties in rank share their mean.
-    assert ranking_quality([[1.0, 2.0]], [[0.5, 0.5]])["rank_correlation"] is None
+    assert ranking_quality([[1.0, 2.0]], [[0.5, 0.5]], ["a"])["rank_correlation"] is None
     assert stats.spearman([1, 2, 2, 3], [1, 2, 2, 3]) == pytest.approx(1.0)
     assert stats.ranks([3, 1, 3]) == [2.5, 1.0, 2.5]
 
@@ -1378,23 +1418,26 @@ def test_critic_official_pairing_best_against_each_worse_of_solved_tasks_and_a_f
         ("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 4), ("page", 2, 3)]
 
 
-def test_critic_max_length_drops_the_oldest_turns_first_and_says_so(tiny_model):
+def test_critic_max_length_drops_the_oldest_exchanges_and_keeps_the_problem_and_c(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     turns = ["first question?", "second question?", "I WANT TO ANSWER: def tip(bill): return 1"]
-    trajectory = scored(TIP_TASK, 0, turns, 0.0)
+    trajectory = scored(TIP_TASK, 0, turns, 0.0, human="It is 18 percent.")
     dialogue = trajectory["dialogue_history"]
     full_ids, full_spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, True, 10_000)
     assert (len(full_spans), dropped, note) == (3, 0, "")
     ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, True, len(full_ids) - 5)
     assert (len(spans), dropped, note) == (2, 1, "dropped the oldest 1 agent turn(s)")
     assert tokenizer.decode(ids[spans[0][0]:spans[0][1]]) == "second question?<|im_end|>"
-    last_turn_only, _ = tokenize_turns(tokenizer, critic.critic_messages(TIP_TASK, trajectory["dialogue_history"][4:]))
-    budget = len(last_turn_only) - 10
-    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, trajectory["dialogue_history"], True, budget)
-    assert len(ids) <= budget and len(spans) == 1 and dropped == 2 and "cut the reference solution" in note
-    assert tokenizer.decode(ids).count("[... cut]") == 1
-    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, trajectory["dialogue_history"], False, 10)
-    assert len(spans) == 1 and note == "dropped the oldest 2 agent turn(s), still %d tokens, kept whole" % len(ids)
+    kept = tokenizer.decode(ids)
+    # the problem and c stay; the first question and the human's reply to it are gone
+    assert TIP_TASK["problem_description"] in kept and TIP_TASK["ground_truth"].strip() in kept
+    assert "first question?" not in kept and kept.count("It is 18 percent.") == 1
+    assert kept.index(TIP_TASK["problem_description"]) < kept.index("second question?")
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, True, 10)
+    assert (len(spans), dropped) == (1, 2)
+    assert note == f"dropped the oldest 2 agent turn(s), still {len(ids)} tokens, kept whole"
+    kept = tokenizer.decode(ids)
+    assert TIP_TASK["problem_description"] in kept and TIP_TASK["ground_truth"].strip() in kept
 
 
 def planted_pattern_file(path, n_tasks=24):
@@ -1587,8 +1630,8 @@ def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model,
                 for chosen, rejected in [("What percent is the tip?", "def tip(bill): return bill"),
                                          ("Round to 2 decimal places?", "I WANT TO ANSWER: def f(x): return 1")]]
     reference_logps(model, examples)
-    args = argparse.Namespace(method="sweet", lr=1e-3, epochs=6, batch_size=2, beta=0.1, nll_coef=0.01, fsdp=False,
-                              gradient_checkpointing=False)
+    args = argparse.Namespace(lr=1e-3, epochs=6, batch_size=2, beta=0.1, nll_coef=0.01, fsdp=False,
+                              gradient_checkpointing=False, lr_schedule="constant")
     history = train(model, examples, args, random.Random(0), str(tmp_path / "log.jsonl"))
     assert len(history) == 6 and len(read_jsonl(tmp_path / "log.jsonl")) == 6
     assert abs(history[0]["margin"]) < 1e-6  # policy == reference at the first step
@@ -1641,7 +1684,7 @@ def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(
     log = read_jsonl(f"{out}/log.jsonl")
     assert log and set(log[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps",
                                    "tokens_per_s"}
-    assert json.load(open(f"{out}/args.json"))["critic"] == critic_dir and (tmp_path / "policy" / "config.json").exists()
+    assert json.load(open(f"{out}/args.json"))["critic"] == critic_dir and os.path.exists(f"{out}/config.json")
     rollout_runs(out, tmp_path)
 
 
@@ -1703,6 +1746,35 @@ def test_policy_mt_dpo_pairs_by_the_pairing_rule_asked_for():
     for pairing, expected in (("all", [(0, 1), (0, 2), (1, 2)]), ("official", [(0, 1), (0, 2)])):
         rows = mt_dpo_pairs(trajectories, parser.parse_args(["x.jsonl", "--method", "mt-dpo", "--pairing", pairing]))
         assert [(row["chosen_sample_idx"], row["rejected_sample_idx"]) for row in rows] == expected
+
+
+def test_data_fraction_keeps_whole_tasks_the_same_for_every_trainer():
+    from colbench.data import task_subset
+    trajectories = [dict(SCORED[0], task_id=f"t{i // 3}", sample_idx=i % 3) for i in range(30)]  # 10 tasks x 3
+    kept = task_subset(trajectories, 0.3, random.Random(7))
+    assert len(kept) == 9 and len({t["task_id"] for t in kept}) == 3  # 3 whole tasks
+    assert kept == task_subset(trajectories, 0.3, random.Random(7))  # policy.py and baselines.py: the same data
+    assert task_subset(trajectories, 1.0, random.Random(7)) == trajectories
+
+
+def test_policy_controls_rank_the_same_candidates_at_random_or_by_another_critic(tmp_path, scored_file, critic_dir,
+                                                                                tiny_model):
+    common = ["--model", tiny_model, "--candidates", "4", "--pairs-per-turn", "2", "--max-new-tokens", "8"]
+    run_script("policy.py", scored_file, "--critic", critic_dir, *common, "--out", str(tmp_path / "sweet"))
+    sampled = read_jsonl(tmp_path / "sweet" / "candidates.jsonl")
+    assert len(sampled) == 6 and all(len(row["candidates"]) == len(row["scores"]) == 4 for row in sampled)
+    result = run_script("policy.py", scored_file, "--critic", "random", "--sampled",
+                        str(tmp_path / "sweet" / "candidates.jsonl"), *common, "--out", str(tmp_path / "random"))
+    assert "done:" in result.stdout and "sampling" not in result.stderr  # nothing sampled: the same candidates
+    control = read_jsonl(tmp_path / "random" / "candidates.jsonl")
+    assert [row["candidates"] for row in control] == [row["candidates"] for row in sampled]
+    assert [row["scores"] for row in control] != [row["scores"] for row in sampled]
+    assert all(0 <= score < 1 for row in control for score in row["scores"])  # uniform random scores
+    wrong = write_jsonl(tmp_path / "other.jsonl", sampled[1:])
+    result = run_script("policy.py", scored_file, "--critic", "random", "--sampled", wrong, *common,
+                        "--out", str(tmp_path / "p"), check=False)
+    assert result.returncode == 2 and "no candidates for 1 of the 6 turn states" in result.stderr
+    assert not (tmp_path / "p").exists()
 
 
 def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model):
@@ -2039,7 +2111,8 @@ def test_report_shades_turns_by_advantage_and_plots_the_logs(tmp_path):
 # --- colbench/demo.py: the closing table, read back from a run folder
 
 def test_demo_table_pairs_agents_and_critics_on_the_same_dialogues_and_pairs(tmp_path):
-    from colbench.demo import collect, table
+    from colbench.demo import Run, agents_table, critics_table, table
+    run = Run(str(tmp_path))
     tasks = [dict(TIP_TASK, task_id=f"t{i}", family="seen" if i < 2 else "new") for i in range(4)]
     write_jsonl(tmp_path / "warm_tasks.jsonl", [dict(TIP_TASK, task_id="w", family="seen")])
     write_jsonl(tmp_path / "test_tasks.jsonl", tasks)
@@ -2060,50 +2133,61 @@ def test_demo_table_pairs_agents_and_critics_on_the_same_dialogues_and_pairs(tmp
         dialogue("a", 0, "qqA"), dialogue("a", 1, "qA"), dialogue("a", 2, "qqq"),
         dialogue("b", 0, "qA"), dialogue("b", 1, "qA"), dialogue("b", 2, "A")])
     # The same four held-out pairs of two tasks: with c all right; without c, the second of each task wrong.
-    for critic_name, margins in (("reference", [1.0, 2.0, 0.5, 1.0]), ("no_reference", [1.0, -2.0, 0.5, -1.0])):
-        os.makedirs(tmp_path / f"critic_{critic_name}")
+    for critic_name, margins in (("critic_with_c", [1.0, 2.0, 0.5, 1.0]),
+                                 ("critic_no_solution", [1.0, -2.0, 0.5, -1.0])):
+        os.makedirs(tmp_path / critic_name)
         accuracy = sum(m > 0 for m in margins) / 4
-        (tmp_path / f"critic_{critic_name}" / "metrics.json").write_text(json.dumps(
+        (tmp_path / critic_name / "metrics.json").write_text(json.dumps(
             {"eval_pairs": 4, "eval_tasks": 2, "after": {"pair_accuracy": accuracy, "pair_accuracy_ci95": [0, 1],
                                                          "margins": margins, "pair_task_ids": ["a", "a", "b", "b"],
                                                          "pair_samples": [[0, 1], [0, 2], [0, 1], [2, 1]]}}))
-    quality = {"critic_pick": 0.5, "random_pick": 0.25, "rank_correlation": 0.3}
-    os.makedirs(tmp_path / "judge")
-    (tmp_path / "judge" / "judge.json").write_text(json.dumps(
-        {"critic_reference": quality, "critic_no_reference": quality, "states": 3, "candidates": 9}))
-
-    agents = {"zero-shot": "", "sweet": ""}
-    results = collect(str(tmp_path), agents, ["reference", "no_reference"], minutes=1.0)
+    agents = {a: str(tmp_path / f"test_{a}.scored.jsonl") for a in ("zero-shot", "sweet")}
+    results = agents_table(run, agents, str(tmp_path / "test_tasks.jsonl"), "zero-shot")
     assert results["test_dialogues"] == {"zero-shot": 8, "sweet": 8}
     assert results["success_rate"] == {"zero-shot": 0.25, "sweet": 0.75}
     assert results["success_rate_trained_families"] == {"zero-shot": 0.25, "sweet": 0.75}
     assert results["success_rate_test_only_families"] == {"zero-shot": 0.25, "sweet": 0.75}
-    assert results["success_diff_ci95"] == [0.5, 0.5]
-    assert results["critic"]["reference"]["pair_accuracy"] == 1.0 and results["critic_gain_ci95"] == [0.5, 0.5]
-    text = table(results)
-    assert "SWEET-RL - starting policy: 50.0 points of success, 95% CI [50.0, 50.0]" in text
-    assert "with c - without c: +0.500 pair accuracy, 95% CI [+0.500, +0.500]" in text
+    assert results["vs_zero-shot"] == {"sweet": [0.5, 0.5, 0.5]}
+    results.update(critics_table(run, ["critic_with_c", "critic_no_solution"]), stage_seconds={"warm start": 60})
+    assert results["critic"]["critic_with_c"]["pair_accuracy"] == 1.0 and results["critic_gain_ci95"] == [0.5, 0.5]
+    text = table(results, "zero-shot")
+    assert "| SWEET-RL | 8 | 40.0 | 75.0 | 75.0 | 75.0 | +50.0 [+50.0, +50.0] |" in text
+    assert "with c - without c: +0.500 pair accuracy, 95% CI [+0.500, +0.500]" in text and "minutes: 1.0" in text
     # Each pair counted under its kind, right or wrong for each critic.
     assert results["critic_by_pair_kind"] == {
-        "asked more": {"pairs": 1, "reference": 1, "no_reference": 1},
-        "asked as often": {"pairs": 1, "reference": 1, "no_reference": 1},
-        "asked less": {"pairs": 1, "reference": 1, "no_reference": 0},
-        "never answered": {"pairs": 1, "reference": 1, "no_reference": 0}}
+        "asked more": {"pairs": 1, "critic_with_c": 1, "critic_no_solution": 1},
+        "asked as often": {"pairs": 1, "critic_with_c": 1, "critic_no_solution": 1},
+        "asked less": {"pairs": 1, "critic_with_c": 1, "critic_no_solution": 0},
+        "never answered": {"pairs": 1, "critic_with_c": 1, "critic_no_solution": 0}}
     assert "| the rejected one never answered | 1 | 1 | 0 |" in text
 
-    metrics = json.loads((tmp_path / "critic_no_reference" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "critic_no_solution" / "metrics.json").read_text())
     metrics["after"]["pair_task_ids"] = ["a", "b", "b", "b"]
-    (tmp_path / "critic_no_reference" / "metrics.json").write_text(json.dumps(metrics))
+    (tmp_path / "critic_no_solution" / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(SystemExit, match="held out different pairs"):
-        collect(str(tmp_path), agents, ["reference", "no_reference"], minutes=1.0)
+        critics_table(run, ["critic_with_c", "critic_no_solution"])
 
 
-# ======================== 10. README.md: the map from the paper to the code
+def test_demo_splits_validation_tasks_from_the_warm_start_and_keeps_the_rl_and_test_tasks_apart(tmp_path):
+    from colbench.demo import SETTINGS, Run, split_tasks
+    run = Run(str(tmp_path))
+    split_tasks(run, SETTINGS)
+    files = {name: load_tasks(str(tmp_path / f"{name}_tasks.jsonl")) for name in ("warm", "valid", "train", "test")}
+    ids = {name: {t["task_id"] for t in tasks} for name, tasks in files.items()}
+    assert all(not ids[a] & ids[b] for a in ids for b in ids if a < b)  # no task in two files
+    families = Counter(t["family"] for t in files["valid"])
+    assert len(families) == 9 and set(families.values()) == {SETTINGS["validation_per_family"]}
+    assert len(files["train"]) == SETTINGS["rl_tasks"] and len(files["test"]) == 30
+    assert all(t["tier"] == "easy" for tasks in files.values() for t in tasks)
 
-def test_readme_map_points_at_the_definitions_it_names():
-    text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")).read()
+
+# ======================== 10. README.md and docs/: the map from the paper to the code, the departures
+
+@pytest.mark.parametrize("document, at_least", [("README.md", 8), ("docs/DEPARTURES.md", 20)])
+def test_docs_point_at_the_definitions_they_name(document, at_least):
+    text = open(os.path.join(ROOT, document)).read()
     entries = re.findall(r"`([\w/]+\.py):(\d+)` `(\w+)`", text)
-    assert len(entries) >= 8
+    assert len(entries) >= at_least
     for path, line, name in entries:
-        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), path)) as f:
+        with open(os.path.join(ROOT, path)) as f:
             assert re.match(rf"(def|class) {name}\b", f.read().split("\n")[int(line) - 1]), f"{path}:{line} {name}"

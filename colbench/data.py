@@ -181,3 +181,14 @@ def succeeded(trajectory):
     """Success as evaluate.py records it (backend: every test passed); a file without `success` counts a
     reward of 1.0 as success."""
     return bool(trajectory.get("success", trajectory["reward"] >= 1.0))
+
+
+def task_subset(trajectories, fraction, rng):
+    """The trajectories of a random `fraction` of their tasks (one task at least), in file order. A subset
+    by task keeps each task's trajectories together, so policy.py and baselines.py with the same fraction
+    and seed train on the same offline data."""
+    if fraction >= 1.0:
+        return trajectories
+    tasks = sorted({t["task_id"] for t in trajectories}, key=str)
+    kept = set(rng.sample(tasks, max(1, round(fraction * len(tasks)))))
+    return [t for t in trajectories if t["task_id"] in kept]

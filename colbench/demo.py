@@ -1,26 +1,16 @@
 """`make demo` and `make experiment`: the whole SWEET-RL chain on the embedded model, run as a user would.
 
-    python -m colbench.demo                 # the demo: about 30 minutes on 2 CPU cores
-    python -m colbench.demo --experiment    # adds RFT, Multi-Turn DPO and SWEET-RL without normalization
+    python -m colbench.demo                 # the demo (runs/demo)
+    python -m colbench.demo --experiment    # the demo, then the baselines and the controls (runs/demo/experiment)
+    python -m colbench.demo --validate      # the settings' choice on validation tasks (runs/demo/validation)
 
-Every step is one of the stage scripts, run as a subprocess; its command is printed first. Outputs
-go under one run folder (runs/demo). A step whose output exists is skipped, so a killed run picks up
-where it stopped (delete the folder to start over), and the experiment after the demo runs only its
-own steps (about 30 minutes more). The steps:
-
-0. Warm start (a departure from the paper, see colbench/warmstart.py): fine-tune the embedded
-   SmolLM2-135M on scripted, deliberately imperfect dialogues of the easy training tasks. This is
-   the starting policy, called zero-shot in the table as the paper's starting point is.
-1. Offline data: the starting policy on training tasks, several samples each, scored by the tests.
-2. The critic, with the reference solution c and without it (the paper's ablation), half the
-   paired tasks held out.
-3. SWEET-RL: the policy trained on critic-ranked candidate replies (--experiment: and the baselines,
-   and SWEET-RL ranked by the critic without length normalization).
-4. Held-out test tasks (never trained on, test-only families among them): every agent with the
-   same tasks, seed and sampling.
-5. The critic as a judge of final answers on its held-out tasks (judge.py).
-
-It ends with one table, also written to results.md, and results.json with the same numbers.
+Every step is a stage script run as a subprocess, its command printed first. A step whose output exists is
+skipped, so a killed run picks up where it stopped, and the experiment after the demo runs only its own
+steps. The demo: a warm start (colbench/warmstart.py), offline data on training tasks, the critic with c
+and without it, SWEET-RL, and every agent on the held-out test tasks with the same seeds and sampling. The
+experiment adds Multi-Turn DPO, RFT, and SWEET-RL with its candidates ranked at random, by the critic
+without c and by the critic without normalization, all on the same offline data; and the critic as a
+judge. Each ends with one table (results.md) and results.json with the same numbers.
 """
 import argparse
 import json
@@ -33,131 +23,168 @@ from colbench.data import load_tasks, load_trajectories, write_jsonl
 from colbench.env import ANSWER_MARKER
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
 
-# Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with
-# hidden constants), three agent turns, short replies.
-SETTINGS = {
-    "demo": dict(rl_tasks=45, samples=5, test_samples=7, max_turns=3, max_new_tokens=64, temperature=0.7,
-                 warm_lr=5e-5, critic_epochs=1, critic_lr=1e-4, candidates=6, pairs_per_turn=2, data_fraction=0.07,
-                 policy_lr=5e-6, beta=1.0, nll_coef=1.0, judge_states=15, methods=["sweet"],
-                 # dialogues per batched rollout step; sampled sequences per generate call (policy, judge):
-                 # on 2 cores 64 rows sample ~2x the tokens/s of 16 (a batch shrinks as replies end)
-                 batch_size=64, sample_batch_size=48),
-}
-# The experiment is the demo plus the baselines, in the same run folder: after `make demo`, only its new
-# steps run (on the same offline data, critics and held-out test tasks).
-SETTINGS["experiment"] = dict(SETTINGS["demo"],
-                              methods=["sweet", "rft", "mt-dpo", "sweet-no-normalize"])
-METHOD_NAMES = {"zero-shot": "starting policy (warm start)", "rft": "Rejection Fine-Tuning",
-                "mt-dpo": "Multi-Turn DPO", "sweet": "SWEET-RL",
-                "sweet-no-normalize": "SWEET-RL w/o normalization"}
-# A method -> the critic that ranks its candidates (policy.py), or None for a baseline (baselines.py).
-METHODS = {"sweet": "reference", "rft": None, "mt-dpo": None, "sweet-no-normalize": "no_normalize"}
-# A critic's name in results.json and in its folder (critic_<name>) -> its critic.py flags.
-CRITICS = {"reference": [], "no_reference": ["--no-solution"], "no_normalize": ["--no-normalize"]}
+# Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with hidden
+# constants), three agent turns, short replies. The SWEET-RL and critic settings were chosen on the
+# validation tasks (`--validate`; docs/RESULTS.md), never on the test tasks.
+SETTINGS = dict(
+    rl_tasks=45, validation_per_family=2, samples=5, test_samples=7, validation_samples=10,
+    max_turns=3, max_new_tokens=64, temperature=0.7, warm_lr=5e-5,
+    critic_epochs=1, critic_lr=1e-4, trajectory_score="turn-sum",
+    candidates=6, pairs_per_turn=2, policy_lr=5e-6, beta=1.0, nll_coef=1.0, lr_schedule="constant",
+    demo_fraction=0.07,        # of the offline tasks whose turn states the demo's SWEET-RL ranks: its time budget
+    experiment_fraction=0.25,  # every trained agent of the experiment, on the same offline tasks (docs/RESULTS.md)
+    judge_candidates=6,
+    batch_size=256)            # dialogues per batched rollout step, sequences per sampling call: all at once
+# The experiment's agents: a SWEET-RL variant names the critic that ranks its candidates ("random": scores
+# drawn at random); the controls rank the candidates SWEET-RL sampled. A baseline names its baselines.py method.
+SWEET_VARIANTS = {"sweet": "critic_with_c", "sweet-random-critic": "random",
+                  "sweet-no-solution": "critic_no_solution", "sweet-no-normalize": "critic_no_normalize"}
+BASELINES = ("mt-dpo", "rft")
+NAMES = {"zero-shot": "starting policy (warm start)", "sweet": "SWEET-RL", "mt-dpo": "Multi-Turn DPO",
+         "rft": "Rejection Fine-Tuning", "sweet-random-critic": "SWEET-RL, candidates ranked at random",
+         "sweet-no-solution": "SWEET-RL, critic without c", "sweet-no-normalize": "SWEET-RL, critic w/o normalization"}
+CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"]}
 
 
-def run(*command, done_when):
-    """Run one stage unless its output `done_when` exists already."""
-    if os.path.exists(done_when):
-        print(f"[skip] {done_when} exists", flush=True)
+class Run:
+    """One run folder: its paths, and the stages it runs, each unless its output exists already."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        os.makedirs(folder, exist_ok=True)
+        self.times_file = self.path("stage_seconds.json")
+        self.seconds = json.load(open(self.times_file)) if os.path.exists(self.times_file) else {}
+
+    def path(self, *parts):
+        return os.path.join(self.folder, *parts)
+
+    def stage(self, name, *command, done_when):
+        """Run `python command` unless `done_when` exists; its seconds go to stage_seconds.json as `name`."""
+        if os.path.exists(done_when):
+            print(f"[skip] {done_when} exists", flush=True)
+            return
+        print("\n$ python " + " ".join(command), flush=True)
+        started = time.time()
+        subprocess.run([sys.executable, *command], check=True)
+        self.seconds[name] = round(time.time() - started, 1)
+        print(f"[{self.seconds[name]:.0f} s]", flush=True)
+        with open(self.times_file, "w") as f:
+            json.dump(self.seconds, f, indent=1)
+
+
+def split_tasks(run, s):
+    """The task files of a run: the easy tier of the shipped tasks. Training tasks: every third for the RL
+    data (the warm start memorizes its tasks' constants, so RL data on them would not show what asking is
+    worth), the rest for the warm start but for `validation_per_family` of each family, kept for
+    validation. The test tasks are all the easy test tasks."""
+    if os.path.exists(run.path("test_tasks.jsonl")):  # written last: once it exists, all are there
         return
-    print("\n$ python " + " ".join(command), flush=True)
-    started = time.time()
-    subprocess.run([sys.executable, *command], check=True)
-    print(f"[{time.time() - started:.0f} s]", flush=True)
+    training = [t for t in load_tasks("colbench/tasks/backend_train.jsonl") if t.get("tier") == "easy"]
+    warm, validation = [], []
+    for i, task in enumerate(training):
+        if i % 3:
+            chosen = [t for t in validation if t["family"] == task["family"]]
+            (validation if len(chosen) < s["validation_per_family"] else warm).append(task)
+    write_jsonl(run.path("warm_tasks.jsonl"), warm)
+    write_jsonl(run.path("valid_tasks.jsonl"), validation)
+    write_jsonl(run.path("train_tasks.jsonl"), [t for i, t in enumerate(training) if i % 3 == 0][: s["rl_tasks"]])
+    write_jsonl(run.path("test_tasks.jsonl"),
+                [t for t in load_tasks("colbench/tasks/backend_test.jsonl") if t.get("tier") == "easy"])
 
 
-def easy_tier(source):
-    """The easy-tier tasks of a shipped task file."""
-    return [t for t in load_tasks(source) if t.get("tier") == "easy"]
+def sampling(s):
+    return ["--max-turns", str(s["max_turns"]), "--max-new-tokens", str(s["max_new_tokens"]),
+            "--temperature", str(s["temperature"])]
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--experiment", action="store_true",
-                        help="the demo plus RFT, Multi-Turn DPO and SWEET-RL without normalization")
-    parser.add_argument("--out", default=os.path.join("runs", "demo"), help="run folder (default runs/demo)")
-    args = parser.parse_args()
-    name = "experiment" if args.experiment else "demo"
-    s = SETTINGS[name]
-    out = args.out
-    os.makedirs(out, exist_ok=True)
-
-    def path(*parts):
-        return os.path.join(out, *parts)
-
-    started = time.time()
-    print(f"{name}: {json.dumps(s)} -> {out}", flush=True)
-
-    # The easy training tasks, split in two: a third for the RL data, the rest for the warm start. The
-    # warm start memorizes its tasks' constants, so RL data on them would not show what asking is worth.
-    warm_tasks, rl_tasks, test = path("warm_tasks.jsonl"), path("train_tasks.jsonl"), path("test_tasks.jsonl")
-    if not os.path.exists(test):  # written last: once it exists, all three do
-        training = easy_tier("colbench/tasks/backend_train.jsonl")
-        write_jsonl(warm_tasks, [t for i, t in enumerate(training) if i % 3])
-        write_jsonl(rl_tasks, [t for i, t in enumerate(training) if i % 3 == 0][: s["rl_tasks"]])
-        write_jsonl(test, easy_tier("colbench/tasks/backend_test.jsonl"))
-    sampling = ["--max-turns", str(s["max_turns"]), "--max-new-tokens", str(s["max_new_tokens"]),
-                "--temperature", str(s["temperature"])]
-
-    # 0. The starting policy: the embedded model fine-tuned on scripted dialogues of training tasks.
-    run("-m", "colbench.warmstart", warm_tasks, "--out", path("warmstart.traj.jsonl"),
-        done_when=path("warmstart.traj.jsonl"))
-    run("baselines.py", path("warmstart.traj.jsonl"), "--method", "sft", "--lr", str(s["warm_lr"]),
-        "--max-turns", str(s["max_turns"]), "--out", path("warm"), done_when=path("warm", "config.json"))
-    # 1. Offline data: the starting policy on training tasks, scored.
-    run("rollout.py", rl_tasks, "--agent", path("warm"), "--samples", str(s["samples"]), *sampling,
-        "--batch-size", str(s["batch_size"]), "--out", path("train.traj.jsonl"),
-        done_when=path("train.scored.jsonl"))
-    run("evaluate.py", path("train.traj.jsonl"), "--out", path("train.scored.jsonl"),
-        "--summary-json", path("train.summary.json"), done_when=path("train.scored.jsonl"))
-    # 2. The critic, with the reference solution and without it (and without normalization).
-    critics = ["reference", "no_reference"]
-    critics += [METHODS[m] for m in s["methods"] if METHODS[m] not in critics + [None]]
+def shared_steps(run, s, critics):
+    """The warm start, the offline data, and the critics: what every agent starts from."""
+    split_tasks(run, s)
+    run.stage("warm start data", "-m", "colbench.warmstart", run.path("warm_tasks.jsonl"),
+              "--out", run.path("warmstart.traj.jsonl"), done_when=run.path("warmstart.traj.jsonl"))
+    run.stage("warm start", "baselines.py", run.path("warmstart.traj.jsonl"), "--method", "sft",
+              "--lr", str(s["warm_lr"]), "--max-turns", str(s["max_turns"]), "--out", run.path("warm"),
+              done_when=run.path("warm", "config.json"))
+    run.stage("offline rollouts", "rollout.py", run.path("train_tasks.jsonl"), "--agent", run.path("warm"),
+              "--samples", str(s["samples"]), *sampling(s), "--batch-size", str(s["batch_size"]),
+              "--out", run.path("train.traj.jsonl"), done_when=run.path("train.scored.jsonl"))
+    run.stage("offline scoring", "evaluate.py", run.path("train.traj.jsonl"), "--out", run.path("train.scored.jsonl"),
+              "--summary-json", run.path("train.summary.json"), done_when=run.path("train.scored.jsonl"))
     for critic in critics:
-        run("critic.py", path("train.scored.jsonl"), "--model", path("warm"), "--out", path(f"critic_{critic}"),
-            "--epochs", str(s["critic_epochs"]), "--lr", str(s["critic_lr"]), "--eval-fraction", "0.5",
-            "--max-length", "1024", *CRITICS[critic], done_when=path(f"critic_{critic}", "metrics.json"))
-    # 3. The policy: SWEET-RL (and the baselines in the experiment), all from the starting policy.
-    # SWEET-RL samples and ranks candidates at the turn states of a fraction of the offline data (the time
-    # budget); the baselines, which sample nothing, train on all of it.
-    for method in s["methods"]:
-        critic = METHODS[method]
-        if critic:
-            run("policy.py", path("train.scored.jsonl"), "--model", path("warm"), "--critic", path(f"critic_{critic}"),
-                "--data-fraction", str(s["data_fraction"]), "--candidates", str(s["candidates"]),
-                "--pairs-per-turn", str(s["pairs_per_turn"]), "--lr", str(s["policy_lr"]), "--beta", str(s["beta"]),
-                "--nll-coef", str(s["nll_coef"]), "--last-turn-twins", *sampling,
-                "--sample-batch-size", str(s["sample_batch_size"]), "--out", path(f"policy_{method}"),
-                done_when=path(f"policy_{method}", "config.json"))
-        else:
-            run("baselines.py", path("train.scored.jsonl"), "--model", path("warm"), "--method", method,
-                "--lr", str(s["policy_lr"]), "--beta", str(s["beta"]), "--nll-coef", str(s["nll_coef"]),
-                "--max-turns", str(s["max_turns"]), "--out", path(f"policy_{method}"),
-                done_when=path(f"policy_{method}", "config.json"))
-    # 4. Held-out test tasks: the starting policy and each trained policy, same tasks, seed and sampling.
-    agents = {"zero-shot": path("warm"), **{m: path(f"policy_{m}") for m in s["methods"]}}
-    for method, agent in agents.items():
-        run("rollout.py", test, "--agent", agent, "--samples", str(s["test_samples"]), *sampling,
-            "--batch-size", str(s["batch_size"]), "--out", path(f"test_{method}.traj.jsonl"),
-            done_when=path(f"test_{method}.summary.json"))
-        run("evaluate.py", path(f"test_{method}.traj.jsonl"), "--out", path(f"test_{method}.scored.jsonl"),
-            "--summary-json", path(f"test_{method}.summary.json"), done_when=path(f"test_{method}.summary.json"))
-    # 5. The critics as judges of final answers, on the tasks they held out.
-    run("judge.py", path("train.scored.jsonl"), "--model", path("warm"),
-        "--critic", path("critic_reference"), "--critic", path("critic_no_reference"), "--out", path("judge"),
-        "--max-states", str(s["judge_states"]), "--candidates", str(s["candidates"]), *sampling,
-        "--sample-batch-size", str(s["sample_batch_size"]), done_when=path("judge", "judge.json"))
-    run("-m", "colbench.report", path("train.scored.jsonl"), "--critic", path("critic_reference"),
-        "--policy", path("policy_sweet"), "--out", path("report.html"), done_when=path("report.html"))
+        train_critic(run, s, critic, run.path(critic), CRITICS[critic])
 
-    results = collect(out, agents, critics, minutes=(time.time() - started) / 60)
-    with open(path("results.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    text = table(results)
-    with open(path("results.md"), "w") as f:
-        f.write(text + "\n")
-    print(f"\n{name} finished in {results['minutes']:.1f} min; everything is in {out}/\n\n{text}")
+
+def train_critic(run, s, name, folder, flags=()):
+    """critic.py on the run's offline data, from the starting policy, half of the paired tasks held out."""
+    run.stage(name, "critic.py", run.path("train.scored.jsonl"), "--model", run.path("warm"), "--out", folder,
+              "--epochs", str(s["critic_epochs"]), "--lr", str(s["critic_lr"]), "--trajectory-score",
+              s["trajectory_score"], "--eval-fraction", "0.5", "--max-length", "1024", *flags,
+              done_when=os.path.join(folder, "metrics.json"))
+
+
+def train_agent(run, s, agent, folder, fraction, critic=None, sampled=None):
+    """One trained agent from `run`'s starting policy: a baseline (baselines.py), or SWEET-RL (policy.py) with
+    `critic` (a folder, or 'random') ranking the candidates, sampled here or taken from `sampled`."""
+    common = ["--model", run.path("warm"), "--data-fraction", str(fraction), "--max-turns", str(s["max_turns"]),
+              "--lr", str(s["policy_lr"]), "--beta", str(s["beta"]), "--nll-coef", str(s["nll_coef"]),
+              "--lr-schedule", s["lr_schedule"], "--out", folder]
+    if agent in BASELINES:
+        run.stage(agent, "baselines.py", run.path("train.scored.jsonl"), "--method", agent, *common,
+                  done_when=os.path.join(folder, "config.json"))
+        return
+    run.stage(agent, "policy.py", run.path("train.scored.jsonl"), "--critic", critic,
+              *(["--sampled", sampled] if sampled else []), "--candidates", str(s["candidates"]),
+              "--pairs-per-turn", str(s["pairs_per_turn"]), "--last-turn-twins", *sampling(s),
+              "--sample-batch-size", str(s["batch_size"]), *common, done_when=os.path.join(folder, "config.json"))
+
+
+def play(run, s, agent, policy, tasks, samples, name):
+    """`policy` on the held-out `tasks`, scored: name.scored.jsonl and name.summary.json."""
+    run.stage(f"{name} rollouts", "rollout.py", tasks, "--agent", policy, "--samples", str(samples), *sampling(s),
+              "--batch-size", str(s["batch_size"]), "--out", run.path(f"{name}.traj.jsonl"),
+              done_when=run.path(f"{name}.summary.json"))
+    run.stage(f"{name} scoring", "evaluate.py", run.path(f"{name}.traj.jsonl"), "--out",
+              run.path(f"{name}.scored.jsonl"), "--summary-json", run.path(f"{name}.summary.json"),
+              done_when=run.path(f"{name}.summary.json"))
+
+
+# ---------------------------------------------------------------- the numbers of the tables
+
+def outcomes(path):
+    """{(task_id, sample_idx): success} of a scored file."""
+    return {(t["task_id"], t["sample_idx"]): float(t["success"]) for t in load_trajectories(path)}
+
+
+def paired_difference(mine, theirs):
+    """(mean success difference, 95% CI) over the dialogues both agents played, tasks resampled."""
+    by_task = {}
+    for (task_id, k), success in mine.items():
+        if (task_id, k) in theirs:
+            by_task.setdefault(task_id, []).append(success - theirs[task_id, k])
+    values = [v for group in by_task.values() for v in group]
+    return [sum(values) / len(values), *bootstrap_mean_ci(by_task)]
+
+
+def agents_table(run, agents, tasks_file, versus):
+    """results.json's agent numbers: success and tests passed per agent, by families, and each agent's paired
+    difference from `versus` (the starting policy in the demo, SWEET-RL in the experiment)."""
+    train_families = {t["family"] for t in load_tasks(run.path("warm_tasks.jsonl"))}
+    tasks = {t["task_id"]: t for t in load_tasks(tasks_file)}
+    seen = {task_id for task_id, t in tasks.items() if t["family"] in train_families}
+    played = {agent: outcomes(path) for agent, path in agents.items()}
+
+    def rate(agent, task_ids):
+        kept = [success for (task_id, _), success in played[agent].items() if task_id in task_ids]
+        return sum(kept) / max(1, len(kept))
+    return {"test_tasks": {"all": len(tasks), "trained_families": len(seen),
+                           "test_only_families": len(tasks) - len(seen)},
+            "test_dialogues": {a: len(played[a]) for a in agents},
+            "success_rate": {a: rate(a, set(tasks)) for a in agents},
+            "success_rate_trained_families": {a: rate(a, seen) for a in agents},
+            "success_rate_test_only_families": {a: rate(a, set(tasks) - seen) for a in agents},
+            "tests_passed": {a: json.load(open(path.replace(".scored.jsonl", ".summary.json")))["mean_tests_passed_pct"]
+                             / 100 for a, path in agents.items()},
+            f"vs_{versus}": {a: paired_difference(played[a], played[versus]) for a in agents if a != versus}}
 
 
 # The held-out pairs by what sets their two dialogues apart, to see where c helps: a critic without c can
@@ -181,83 +208,31 @@ def pair_kind(chosen, rejected):
     return "asked more" if difference > 0 else "asked less" if difference < 0 else "asked as often"
 
 
-def by_pair_kind(out, pair_tasks, pair_samples, right):
-    """{kind: {"pairs": n, "reference": right with c, "no_reference": right without c}} of the held-out
-    pairs, each found in the run's offline dialogues by its task and sample indices."""
-    dialogues = {(t["task_id"], t["sample_idx"]): t for t in load_trajectories(os.path.join(out, "train.scored.jsonl"))}
-    counts = {kind: {"pairs": 0, "reference": 0.0, "no_reference": 0.0} for kind in PAIR_KINDS}
-    for i, (task_id, (chosen, rejected)) in enumerate(zip(pair_tasks, pair_samples)):
-        kind = counts[pair_kind(dialogues[task_id, chosen], dialogues[task_id, rejected])]
-        kind["pairs"] += 1
-        for critic in ("reference", "no_reference"):
-            kind[critic] += right[critic][i]
-    return counts
-
-
-def read_json(path):
-    with open(path) as f:
-        return json.load(f)
-
-
-def success_rate(outcomes, task_ids):
-    """The mean success of the dialogues ({(task_id, sample_idx): success}) of these tasks; 0 if none."""
-    kept = [success for (task_id, _), success in outcomes.items() if task_id in task_ids]
-    return sum(kept) / max(1, len(kept))
-
-
-def collect(out, agents, critics, minutes):
-    """results.json: the numbers of the table, read back from the files the stages wrote."""
-    train_families = {t["family"] for t in load_tasks(os.path.join(out, "warm_tasks.jsonl"))}
-    outcomes = {}  # method -> {(task_id, sample_idx): success}
-    for method in agents:
-        outcomes[method] = {(t["task_id"], t["sample_idx"]): float(t["success"])
-                            for t in load_trajectories(os.path.join(out, f"test_{method}.scored.jsonl"))}
-    tasks = {t["task_id"]: t for t in load_tasks(os.path.join(out, "test_tasks.jsonl"))}
-    seen = {task_id for task_id, t in tasks.items() if t["family"] in train_families}
-    unseen = set(tasks) - seen
-    results = {"minutes": round(minutes, 1),
-               "starting_policy": "the embedded SmolLM2-135M after the warm start (colbench/warmstart.py)",
-               "test_dialogues": {m: len(outcomes[m]) for m in agents},
-               "test_tasks": {"all": len(tasks), "trained_families": len(seen), "test_only_families": len(unseen)},
-               "success_rate": {m: success_rate(outcomes[m], set(tasks)) for m in agents},
-               "success_rate_trained_families": {m: success_rate(outcomes[m], seen) for m in agents},
-               "success_rate_test_only_families": {m: success_rate(outcomes[m], unseen) for m in agents},
-               "tests_passed": {m: read_json(os.path.join(out, f"test_{m}.summary.json"))["mean_tests_passed_pct"] / 100
-                                for m in agents}}
-    for method in agents:
-        if method == "zero-shot":
-            continue
-        difference = {}  # paired: the same task and sample index for both agents
-        for (task_id, k), success in outcomes[method].items():
-            if (task_id, k) in outcomes["zero-shot"]:
-                difference.setdefault(task_id, []).append(success - outcomes["zero-shot"][(task_id, k)])
-        label = "success_diff_ci95" if method == "sweet" else f"success_diff_ci95_{method}"
-        results[label] = list(bootstrap_mean_ci(difference))
-    results["critic"] = {}
-    # critic -> each held-out pair's outcome (1 right, 0.5 tie, 0 wrong); its task; its sample indices
-    # (chosen, rejected)
-    right, pair_tasks, pair_samples = {}, {}, {}
-    for critic in critics:
-        metrics = read_json(os.path.join(out, f"critic_{critic}", "metrics.json"))
-        results["critic"][critic] = {"pair_accuracy": metrics["after"].get("pair_accuracy"),
-                                     "pairs": metrics["eval_pairs"], "ci95": metrics["after"].get("pair_accuracy_ci95"),
-                                     "tasks": metrics["eval_tasks"]}
-        right[critic] = pair_outcomes(metrics["after"]["margins"])
-        pair_tasks[critic] = metrics["after"]["pair_task_ids"]
-        pair_samples[critic] = metrics["after"].get("pair_samples")  # absent in critics of older versions
-    # What c is worth: pair accuracy with c minus without, on the same held-out pairs, tasks resampled.
-    if (pair_tasks["reference"] != pair_tasks["no_reference"]
-            or pair_samples["reference"] != pair_samples["no_reference"]):
+def critics_table(run, critics):
+    """results.json's critic numbers: each critic's held-out pair accuracy, the gain from c on the same pairs
+    (tasks resampled), and the pairs by kind."""
+    results, right = {"critic": {}}, {}
+    metrics = {critic: json.load(open(run.path(critic, "metrics.json"))) for critic in critics}
+    for critic, m in metrics.items():
+        results["critic"][critic] = {"pair_accuracy": m["after"]["pair_accuracy"],
+                                     "ci95": m["after"]["pair_accuracy_ci95"], "pairs": m["eval_pairs"],
+                                     "tasks": m["eval_tasks"]}
+        right[critic] = pair_outcomes(m["after"]["margins"])
+    with_c, without_c = metrics["critic_with_c"]["after"], metrics["critic_no_solution"]["after"]
+    if (with_c["pair_task_ids"], with_c["pair_samples"]) != (without_c["pair_task_ids"], without_c["pair_samples"]):
         raise SystemExit("the two critics held out different pairs: were they trained with the same --seed?")
     gain = {}
-    for task_id, with_c, without_c in zip(pair_tasks["reference"], right["reference"], right["no_reference"]):
-        gain.setdefault(task_id, []).append(with_c - without_c)
+    for task_id, a, b in zip(with_c["pair_task_ids"], right["critic_with_c"], right["critic_no_solution"]):
+        gain.setdefault(task_id, []).append(a - b)
     results["critic_gain_ci95"] = list(bootstrap_mean_ci(gain))
-    if pair_samples["reference"]:
-        results["critic_by_pair_kind"] = by_pair_kind(out, pair_tasks["reference"], pair_samples["reference"], right)
-    judge = read_json(os.path.join(out, "judge", "judge.json"))
-    results["best_of_n"] = {"reference": judge["critic_reference"], "no_reference": judge["critic_no_reference"],
-                            "states": judge["states"], "candidates": judge["candidates"]}
+    dialogues = {(t["task_id"], t["sample_idx"]): t for t in load_trajectories(run.path("train.scored.jsonl"))}
+    kinds = {kind: {"pairs": 0, "critic_with_c": 0.0, "critic_no_solution": 0.0} for kind in PAIR_KINDS}
+    for i, (task_id, (chosen, rejected)) in enumerate(zip(with_c["pair_task_ids"], with_c["pair_samples"])):
+        kind = kinds[pair_kind(dialogues[task_id, chosen], dialogues[task_id, rejected])]
+        kind["pairs"] += 1
+        for critic in ("critic_with_c", "critic_no_solution"):
+            kind[critic] += right[critic][i]
+    results["critic_by_pair_kind"] = kinds
     return results
 
 
@@ -265,48 +240,169 @@ def pct(fraction):
     return f"{100 * fraction:.1f}"
 
 
-def table(r):
-    """The closing table, as Markdown."""
+def points(difference):
+    """[difference, low, high] as fractions -> '+x.x [+l.l, +h.h]' in points."""
+    return "{:+.1f} [{:+.1f}, {:+.1f}]".format(*(100 * v for v in difference))
+
+
+def table(r, versus):
+    """The closing table of a run, as Markdown."""
     tasks = r["test_tasks"]
     lines = [f"held-out test tasks: {tasks['all']} ({tasks['trained_families']} of trained families, "
              f"{tasks['test_only_families']} of test-only families)", "",
-             "| agent | dialogues | % tests passed | success % | trained families | test-only families |",
-             "|---|---|---|---|---|---|"]
-    for m in r["success_rate"]:
-        lines.append(f"| {METHOD_NAMES[m]} | {r['test_dialogues'][m]} | {pct(r['tests_passed'][m])} | "
-                     f"{pct(r['success_rate'][m])} | {pct(r['success_rate_trained_families'][m])} | "
-                     f"{pct(r['success_rate_test_only_families'][m])} |")
-    for key, value in r.items():
-        if key.startswith("success_diff_ci95"):
-            method = key[len("success_diff_ci95_"):] or "sweet"
-            diff = r["success_rate"][method] - r["success_rate"]["zero-shot"]
-            lines.append(f"\n{METHOD_NAMES[method]} - starting policy: {pct(diff)} points of success, "
-                         f"95% CI [{pct(value[0])}, {pct(value[1])}] (bootstrap over tasks, paired samples)")
-    lines += ["", "| critic (held-out tasks) | pair accuracy | 95% CI | pairs | tasks |", "|---|---|---|---|---|"]
-    names = {"reference": "with the reference solution c", "no_reference": "without c (ablation)",
-             "no_normalize": "without normalization (ablation)"}
-    for critic, c in r["critic"].items():
-        ci = f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]" if c["ci95"] else "-"
-        accuracy = f"{c['pair_accuracy']:.3f}" if c["pair_accuracy"] is not None else "-"
-        lines.append(f"| {names[critic]} | {accuracy} | {ci} | {c['pairs']} | {c['tasks']} |")
-    gain = r["critic"]["reference"]["pair_accuracy"] - r["critic"]["no_reference"]["pair_accuracy"]
-    low, high = r["critic_gain_ci95"]
-    lines.append(f"\nwith c - without c: {gain:+.3f} pair accuracy, 95% CI [{low:+.3f}, {high:+.3f}] "
-                 "(the same held-out pairs, bootstrap over tasks)")
-    if "critic_by_pair_kind" in r:
+             f"| agent | dialogues | % tests passed | success % | trained families | test-only families | "
+             f"minus {NAMES[versus]}, points (95% CI) |", "|---|---|---|---|---|---|---|"]
+    for a in r["success_rate"]:
+        difference = "-" if a == versus else points(r[f"vs_{versus}"][a])
+        lines.append(f"| {NAMES[a]} | {r['test_dialogues'][a]} | {pct(r['tests_passed'][a])} | "
+                     f"{pct(r['success_rate'][a])} | {pct(r['success_rate_trained_families'][a])} | "
+                     f"{pct(r['success_rate_test_only_families'][a])} | {difference} |")
+    lines.append("\n(differences: the same tasks and sample indices for both agents, bootstrap over tasks)")
+    if "critic" in r:
+        names = {"critic_with_c": "with the reference solution c", "critic_no_solution": "without c (ablation)",
+                 "critic_no_normalize": "without normalization (ablation)"}
+        lines += ["", "| critic (held-out tasks) | pair accuracy | 95% CI | pairs | tasks |", "|---|---|---|---|---|"]
+        for critic, c in r["critic"].items():
+            lines.append(f"| {names[critic]} | {c['pair_accuracy']:.3f} | [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] | "
+                         f"{c['pairs']} | {c['tasks']} |")
+        gain = r["critic"]["critic_with_c"]["pair_accuracy"] - r["critic"]["critic_no_solution"]["pair_accuracy"]
+        low, high = r["critic_gain_ci95"]
+        lines.append(f"\nwith c - without c: {gain:+.3f} pair accuracy, 95% CI [{low:+.3f}, {high:+.3f}] "
+                     "(the same held-out pairs, bootstrap over tasks)")
         lines += ["", "| held-out pairs: what sets the two dialogues apart | pairs | right with c | right without c |",
                   "|---|---|---|---|"]
         for kind, k in r["critic_by_pair_kind"].items():
-            lines.append(f"| {PAIR_KINDS[kind]} | {k['pairs']} | {k['reference']:g} | {k['no_reference']:g} |")
-    b = r["best_of_n"]
-    lines += ["", f"critic as judge: {b['states']} held-out turn states, {b['candidates']} final answers, "
-                  "tests run on each",
-              "| critic | % tests passed, critic's pick | random pick | rank correlation |", "|---|---|---|---|"]
-    for critic in ("reference", "no_reference"):
-        q = b[critic]
-        correlation = f"{q['rank_correlation']:.3f}" if q["rank_correlation"] is not None else "-"
-        lines.append(f"| {names[critic]} | {pct(q['critic_pick'])} | {pct(q['random_pick'])} | {correlation} |")
+            lines.append(f"| {PAIR_KINDS[kind]} | {k['pairs']} | {k['critic_with_c']:g} | "
+                         f"{k['critic_no_solution']:g} |")
+    if "judge" in r:
+        j = r["judge"]
+        lines += ["", f"critic as judge: {j['states']} held-out turn states whose final answers the tests tell apart "
+                      f"({j['candidates']} answers)",
+                  "| critic | % tests passed, critic's pick | random pick | difference, points (95% CI) | tasks | "
+                  "rank correlation |", "|---|---|---|---|---|---|"]
+        for critic in ("critic_with_c", "critic_no_solution"):
+            q = j[critic]
+            correlation = f"{q['rank_correlation']:.3f}" if q["rank_correlation"] is not None else "-"
+            lines.append(f"| {critic} | {pct(q['critic_pick'])} | {pct(q['random_pick'])} | "
+                         f"{points([q['difference'], *q['difference_ci95']])} | {q['tasks']} | {correlation} |")
+    seconds = r["stage_seconds"]
+    lines.append(f"\nminutes: {sum(seconds.values()) / 60:.1f} ("
+                 + ", ".join(f"{name} {s:.0f} s" for name, s in seconds.items()) + ")")
     return "\n".join(lines)
+
+
+def finish(run, results, versus, label):
+    results["stage_seconds"] = run.seconds
+    with open(run.path("results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    text = table(results, versus)
+    with open(run.path("results.md"), "w") as f:
+        f.write(text + "\n")
+    print(f"\n{label} finished; everything is in {run.folder}/\n\n{text}")
+
+
+# ---------------------------------------------------------------- the three runs
+
+def demo(run, s):
+    shared_steps(run, s, ["critic_with_c", "critic_no_solution"])
+    train_agent(run, s, "sweet", run.path("policy_sweet"), s["demo_fraction"], critic=run.path("critic_with_c"))
+    agents = {"zero-shot": run.path("warm"), "sweet": run.path("policy_sweet")}
+    for agent, policy in agents.items():
+        play(run, s, agent, policy, run.path("test_tasks.jsonl"), s["test_samples"], f"test_{agent}")
+    results = agents_table(run, {a: run.path(f"test_{a}.scored.jsonl") for a in agents}, run.path("test_tasks.jsonl"),
+                           "zero-shot")
+    results.update(critics_table(run, ["critic_with_c", "critic_no_solution"]), settings=s)
+    finish(run, results, "zero-shot", "demo")
+
+
+def experiment(run, s):
+    """Every trained agent on the trajectories of the same `experiment_fraction` of the offline tasks."""
+    demo(run, s)
+    shared_steps(run, s, list(CRITICS))
+    exp = Run(run.path("experiment"))
+    for agent, critic in SWEET_VARIANTS.items():
+        sampled = None if agent == "sweet" else exp.path("policy_sweet", "candidates.jsonl")
+        train_agent(run, s, agent, exp.path(f"policy_{agent}"), s["experiment_fraction"],
+                    critic=critic if critic == "random" else run.path(critic), sampled=sampled)
+    for agent in BASELINES:
+        train_agent(run, s, agent, exp.path(f"policy_{agent}"), s["experiment_fraction"])
+    agents = {"zero-shot": run.path("test_zero-shot.scored.jsonl")}
+    for agent in list(SWEET_VARIANTS) + list(BASELINES):
+        play(exp, s, agent, exp.path(f"policy_{agent}"), run.path("test_tasks.jsonl"), s["test_samples"],
+             f"test_{agent}")
+        agents[agent] = exp.path(f"test_{agent}.scored.jsonl")
+    exp.stage("judge", "judge.py", run.path("train.scored.jsonl"), "--model", run.path("warm"),
+              "--critic", run.path("critic_with_c"), "--critic", run.path("critic_no_solution"),
+              "--out", exp.path("judge"), "--candidates", str(s["judge_candidates"]), *sampling(s),
+              "--sample-batch-size", str(s["batch_size"]), done_when=exp.path("judge", "judge.json"))
+    results = agents_table(run, agents, run.path("test_tasks.jsonl"), "sweet")
+    results.update(critics_table(run, list(CRITICS)), judge=json.load(open(exp.path("judge", "judge.json"))),
+                   settings=s)
+    exp.seconds = {**run.seconds, **exp.seconds}
+    finish(exp, results, "sweet", "experiment")
+
+
+# The settings tried on the validation tasks, one at a time beside SETTINGS' own.
+VALIDATION = {"beta": [0.1], "nll_coef": [0.01], "policy_lr": [2e-5], "lr_schedule": ["cosine"],
+              "trajectory_score": ["token-mean"], "critic_epochs": [2]}
+CRITIC_SETTINGS = ("trajectory_score", "critic_epochs")  # these change the critic that ranks the candidates
+
+
+def validate(run, s):
+    """SWEET-RL with SETTINGS, and with each setting of VALIDATION changed alone, on the validation tasks
+    (easy training tasks that neither the warm start nor the offline data saw): the same offline data and
+    candidates, the paired differences from SETTINGS' own."""
+    shared_steps(run, s, ["critic_with_c"])
+    val = Run(run.path("validation"))
+    variants = {"settings": (s, run.path("critic_with_c"))}
+    for setting, values in VALIDATION.items():
+        for value in values:
+            name = f"{setting}={value}"
+            changed = dict(s, **{setting: value})
+            critic = run.path("critic_with_c")
+            if setting in CRITIC_SETTINGS:
+                critic = val.path(f"critic_{name}")
+                train_critic(run, changed, f"critic {name}", critic)
+            variants[name] = (changed, critic)
+    agents = {"zero-shot": run.path("warm")}
+    for name, (changed, critic) in variants.items():
+        sampled = None if name == "settings" else val.path("policy_settings", "candidates.jsonl")
+        train_agent(run, changed, name, val.path(f"policy_{name}"), s["demo_fraction"], critic=critic, sampled=sampled)
+        agents[name] = val.path(f"policy_{name}")
+    for name, policy in agents.items():
+        play(val, s, name, policy, run.path("valid_tasks.jsonl"), s["validation_samples"], f"valid_{name}")
+    played = {name: outcomes(val.path(f"valid_{name}.scored.jsonl")) for name in agents}
+    lines = ["| SWEET-RL with | validation success % | minus SETTINGS', points (95% CI) |", "|---|---|---|"]
+    for name, result in played.items():
+        difference = paired_difference(result, played["settings"])
+        lines.append(f"| {name} | {pct(sum(result.values()) / len(result))} | "
+                     + ("-" if name == "settings" else points(difference))
+                     + " |")
+    text = "\n".join(lines)
+    with open(val.path("results.md"), "w") as f:
+        f.write(text + "\n")
+    with open(val.path("results.json"), "w") as f:
+        json.dump({"success_rate": {n: sum(r.values()) / len(r) for n, r in played.items()},
+                   "dialogues": {n: len(r) for n, r in played.items()},
+                   "vs_settings": {n: paired_difference(r, played["settings"]) for n, r in played.items()},
+                   "stage_seconds": val.seconds, "settings": s}, f, indent=1)
+    print(f"\nvalidation finished; everything is in {val.folder}/\n\n{text}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--experiment", action="store_true", help="the demo, then the baselines and the controls")
+    parser.add_argument("--validate", action="store_true", help="choose the settings on the validation tasks")
+    parser.add_argument("--out", default=os.path.join("runs", "demo"), help="run folder (default runs/demo)")
+    args = parser.parse_args()
+    run = Run(args.out)
+    print(f"settings: {json.dumps(SETTINGS)} -> {args.out}", flush=True)
+    if args.validate:
+        validate(run, SETTINGS)
+    elif args.experiment:
+        experiment(run, SETTINGS)
+    else:
+        demo(run, SETTINGS)
 
 
 if __name__ == "__main__":

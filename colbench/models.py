@@ -8,6 +8,7 @@ with a shared prefix encoded once). Every stage imports these.
 import concurrent.futures
 import importlib.util
 import json
+import math
 import os
 import shutil
 import time
@@ -110,6 +111,26 @@ def load_model(name=None, trainable=False, device=None, dtype=None):
     model.train(trainable)
     model.requires_grad_(trainable)
     return model, tokenizer
+
+
+SCHEDULES = ("constant", "cosine")  # the trainers' --lr-schedule
+
+
+def adamw(model, lr, total_steps, schedule="constant"):
+    """AdamW without weight decay, as the official code trains, and its learning-rate schedule (step it
+    after each optimizer step). constant: lr throughout. cosine, the official code's: a linear warm-up over
+    the first 3% of the steps, then a cosine decay to 0.1 x lr at the last step."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    warmup = math.ceil(0.03 * total_steps)
+
+    def factor(step):  # the learning rate of optimizer step `step` (from 0), as a multiple of lr
+        if schedule == "constant":
+            return 1.0
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total_steps - 1 - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 # ---------------------------------------------------------------- prompts and log-probs
@@ -238,7 +259,8 @@ def shared_prefix_logps(model, sequences, scored_from):
         shared -= 1  # a tokenizer may merge across the boundary: share only identical tokens
     prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
     device = next(model.parameters()).device
-    cache = model(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values
+    # The prefix's own logits are never used: logits_to_keep=1 spares its LM head (the cache is the same).
+    cache = model(input_ids=torch.tensor([prefix], device=device), use_cache=True, logits_to_keep=1).past_key_values
     cache.batch_repeat_interleave(len(sequences))
     input_ids, attention_mask = padded_batch([ids[shared - 1:] for ids in sequences], device, cached=len(prefix))
     logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # column j: token shared + j
@@ -326,7 +348,8 @@ def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, eos_t
         shared -= 1
     cache = None
     if shared:
-        cache = model(input_ids=torch.tensor([distinct[0][:shared]], device=device), use_cache=True).past_key_values
+        cache = model(input_ids=torch.tensor([distinct[0][:shared]], device=device), use_cache=True,
+                      logits_to_keep=1).past_key_values
         cache.batch_repeat_interleave(len(distinct))
     # The rest of each distinct prompt, left-padded after the shared beginning; positions count real tokens.
     rests = [list(ids[shared:]) for ids in distinct]
