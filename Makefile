@@ -5,7 +5,7 @@ PYTHON ?= python3
 PIP := $(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore
 STAMP := runs/.installed
 
-.PHONY: demo experiment test install
+.PHONY: demo experiment frontend test install
 
 $(STAMP): requirements.txt
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)   # renders frontend pages
@@ -18,8 +18,11 @@ install: $(STAMP)
 test: install
 	$(PYTHON) -m pytest -q -x test_all.py
 
-demo: install   # the whole chain on the embedded model, ~30 min on 2 CPU cores (colbench/demo.py)
+demo: install   # the whole chain on the embedded model, on 2 CPU cores (colbench/demo.py)
 	$(PYTHON) -m colbench.demo
 
-experiment: install   # the demo plus RFT, Multi-Turn DPO and SWEET-RL without normalization, same run folder
+experiment: install   # the demo, then Multi-Turn DPO, RFT, the controls and the judge, in the same run folder
 	$(PYTHON) -m colbench.demo --experiment
+
+frontend: install   # the chain on frontend tasks, scored offline (runs/frontend)
+	$(PYTHON) -m colbench.demo --frontend

@@ -12,6 +12,15 @@ rollout_batching: tokens/s of the embedded agent stepping 8 dialogues with one b
 per turn (what rollout.py does; a finished reply leaves the batch) over the same 8 dialogues one at a
 time. Target: >= 4x.
 
+rollout_all_at_once: whole-process seconds of rollout.py on the 30 easy test tasks x 7 samples (3 turns,
+64-token replies, the demo's settings) with 64 dialogues live at once over the same with all 210 at once (the
+demo's --batch-size since 2026-11-24): a batch that shrinks as replies end spends its last steps on few rows,
+and a decoding step on few rows costs almost as much as on many (the weights are read either way).
+
+prefix_no_logits (measured within critic_batching): critic training tokens/s with the shared beginning's
+forward pass asked for its last logits only (`shared_prefix_logps`: logits_to_keep=1) over the same pass
+computing the LM head at every position of it, logits that are never used. The same numbers either way.
+
 rollout_vs_llamacpp: tokens/s of rollout.py with the embedded agent in its own process over rollout.py
 with the same model (the wheel's GGUF file) served by llama.cpp's OpenAI-compatible server on loopback:
 16 easy test tasks x 2 samples, 2 turns, replies of at most 64 tokens, the same seed; whole-process wall
@@ -63,8 +72,8 @@ from colbench.models import (EMBEDDED_GGUF, autocast, compute_dtype, embedded_mo
                              tokenize_turns)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RATIOS = ("rollout_batching", "rollout_vs_llamacpp", "critic_batching", "critic_peak_gb", "prefix_scoring",
-          "dpo_vs_trl", "eval_vs_inprocess")
+RATIOS = ("rollout_batching", "rollout_all_at_once", "rollout_vs_llamacpp", "critic_batching", "critic_peak_gb",
+          "prefix_scoring", "dpo_vs_trl", "eval_vs_inprocess")  # critic_batching also gives prefix_no_logits
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--quick", action="store_true",
@@ -305,6 +314,27 @@ def bench_rollout_batching(dialogues=8, max_new_tokens=64):
     return round(batched / one_by_one, 2)
 
 
+def bench_rollout_all_at_once(tasks=30, samples=7, small_batch=64):
+    """Seconds of rollout.py on the easy test tasks, `small_batch` dialogues live at once over all of them."""
+    seconds = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        task_file = os.path.join(tmp, "tasks.jsonl")
+        from colbench.data import write_jsonl
+        write_jsonl(task_file, easy_tasks(tasks))
+        for batch in (small_batch, tasks * samples):
+            start = time.monotonic()
+            subprocess.run([sys.executable, os.path.join(HERE, "rollout.py"), task_file, "--samples", str(samples),
+                            "--max-turns", "3", "--max-new-tokens", "64", "--temperature", "0.7", "--batch-size",
+                            str(batch), "--out", os.path.join(tmp, f"b{batch}.jsonl")],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            seconds[batch] = time.monotonic() - start
+    ratio = seconds[small_batch] / seconds[tasks * samples]
+    print(f"rollout_all_at_once: {tasks} tasks x {samples}, rollout.py with {small_batch} dialogues at once "
+          f"{seconds[small_batch]:.1f} s, all {tasks * samples} at once {seconds[tasks * samples]:.1f} s "
+          f"-> {ratio:.2f}x")
+    return round(ratio, 2)
+
+
 def easy_tasks(count):
     """The first `count` easy-tier test tasks."""
     from colbench.data import load_tasks
@@ -423,10 +453,14 @@ def bench_critic_batching(tasks=5, samples=6, turn_tokens=60):
         reference = [[sequence_logps(reference_model, [ids])[0] for ids, _ in task] for task in views]
     del reference_model
 
-    def train(logps_of):
-        """The first task untimed (warm-up), then one optimizer step per task: seconds, losses."""
+    def train(logps_of, all_logits=False):
+        """The first task untimed (warm-up), then one optimizer step per task: seconds, losses. all_logits: every
+        forward pass computes the LM head at every position, as shared_prefix_logps's first pass did before."""
         torch.manual_seed(0)
         model = load_model(None, trainable=True)[0]
+        if all_logits:
+            forward = model.forward
+            model.forward = lambda *args, **kwargs: forward(*args, **{**kwargs, "logits_to_keep": 0})  # 0: all
         optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.0)
         losses, start = [], None
         for task, task_reference in zip(views, reference):
@@ -443,16 +477,20 @@ def bench_critic_batching(tasks=5, samples=6, turn_tokens=60):
             start = start or time.perf_counter()
         return time.perf_counter() - start, losses
 
-    batched_s, batched_losses = train(lambda model, task: shared_prefix_logps(model, [ids for ids, _ in task],
-                                                                              min(spans[0][0] for _, spans in task))[0])
+    def shared(model, task):
+        return shared_prefix_logps(model, [ids for ids, _ in task], min(spans[0][0] for _, spans in task))[0]
+    batched_s, batched_losses = train(shared)
+    all_logits_s, all_logits_losses = train(shared, all_logits=True)
     single_s, single_losses = train(lambda model, task: [sequence_logps(model, [ids])[0] for ids, _ in task])
     assert max(abs(a - b) for a, b in zip(batched_losses, single_losses)) < 1e-2, "the two ways must train alike"
-    batched, single = tokens / batched_s, tokens / single_s
+    assert all_logits_losses == batched_losses, "the prefix's logits are never used: the same numbers"
+    batched, single, all_logits = tokens / batched_s, tokens / single_s, tokens / all_logits_s
     per_trajectory = tokens // ((tasks - 1) * samples)
     print(f"critic_batching: {tasks - 1} steps of {samples} trajectories (~{per_trajectory} tokens each), "
           f"{'bf16' if dtype == torch.bfloat16 else 'fp32'} ({why}): a task batched {batched:.1f} tokens/s, "
-          f"one trajectory at a time {single:.1f} tokens/s -> {batched / single:.2f}x (target >= 1x)")
-    return round(batched / single, 2)
+          f"one trajectory at a time {single:.1f} tokens/s -> {batched / single:.2f}x (target >= 1x); "
+          f"prefix_no_logits: with the prefix's logits {all_logits:.1f} tokens/s -> {batched / all_logits:.2f}x")
+    return {"critic_batching": round(batched / single, 2), "prefix_no_logits": round(batched / all_logits, 2)}
 
 
 def dialogue_of_length(tokenizer, task, length, rng):
@@ -539,6 +577,7 @@ def main(args):
           f"{EMBEDDED_GGUF.split('.')[-2]} weights in its own kernels; dpo_vs_trl: {precision} on both sides")
     benchmarks = {
         "rollout_batching": lambda: bench_rollout_batching(*((2, 8) if quick else ())),
+        "rollout_all_at_once": lambda: bench_rollout_all_at_once(*((2, 2, 2) if quick else ())),
         "rollout_vs_llamacpp": lambda: bench_rollout_vs_llamacpp(*((2, 1, 1, 16) if quick else ())),
         "critic_batching": lambda: bench_critic_batching(*((2, 2, 10) if quick else ())),
         "critic_peak_gb": lambda: bench_critic_peak_gb(*((256,) if quick else ())),

@@ -8,7 +8,8 @@ equal under `==` and the reference's is not None, the official rule; a test whos
 value is the task's fault, left out and named in `broken_tests`. Adds `reward` (fraction of tests
 passed), `success` (all passed), `tests_passed`, `tests_total`, `test_results`, `failure` and
 `failure_detail`. --official-scoring applies the official evaluator's rules where they differ.
-Frontend: `reward` is the CLIP cosine of the final page's and the reference page's screenshots;
+Frontend: `reward` is the similarity of the final page's full-page screenshot to the reference page's:
+the CLIP cosine with --clip (the paper's), else SSIM, which needs no weights; `image_score` names it.
 --against adds the win rate per task. Prints the metrics. Departures from the paper: docs/DEPARTURES.md.
 """
 import argparse
@@ -48,8 +49,9 @@ def parse_args(argv=None):
                              "function, banned substrings score 0), still in the sandbox")
     parser.add_argument("--keep-rewards", action="store_true",
                         help="keep a `reward` already in the input instead of re-scoring that line")
-    parser.add_argument("--clip", default=frontend.DEFAULT_CLIP,
-                        help="CLIP checkpoint for frontend rewards: a local folder (model + image processor) or hub id")
+    parser.add_argument("--clip", help="frontend: score pages by this CLIP checkpoint (a folder with the model and its "
+                                       f"image processor, or a hub id: the paper's is {frontend.DEFAULT_CLIP}); "
+                                       "without it, by the SSIM of the screenshots")
     parser.add_argument("--against", help="another scored JSONL: print the win rate per task both files hold")
     return parser.parse_args(argv)
 
@@ -245,15 +247,17 @@ def score_backend(records, args, progress):
 
 # --- frontend scoring ------------------------------------------------------------------------------
 def score_frontend(records, args, progress):
-    """Add `reward` (CLIP cosine of the final page with the reference page) to each frontend record."""
+    """Add `reward` (the final page's similarity to the reference page) and `image_score` to each frontend record."""
     try:
-        scorer = frontend.ClipScorer(args.clip)
+        scorer = frontend.ClipScorer(args.clip) if args.clip else frontend.StructuralSimilarity()
+        print(f"frontend image score: {scorer.name}" + ("" if args.clip else " (the screenshots' structural "
+                                                           "similarity; --clip PATH for the paper's CLIP cosine)"))
         rewards = frontend.score_pages(scorer, [r["answer"] for r in records],
                                        [r["task"]["ground_truth"] for r in records])
     except (frontend.ClipUnavailable, ChromiumMissing) as e:
         fail(e)
     for record, reward in zip(records, rewards):
-        record.update(reward=reward, answered_page=bool(record["answer"].strip()))
+        record.update(reward=reward, image_score=scorer.name, answered_page=bool(record["answer"].strip()))
     progress.update(len(records))
     return {}
 
@@ -273,11 +277,11 @@ def summarize(records):
     for record in records:
         by_task[record["task_id"]].append(record)
     if all(task_kind(r["task"]) == "frontend" for r in records):
-        summary = {"trajectories": len(records), "tasks": len(by_task),
-                   "mean_cosine": round(sum(r["reward"] for r in records) / len(records), 4)}
+        summary = {"trajectories": len(records), "tasks": len(by_task), "image_score": records[0].get("image_score"),
+                   "mean_score": round(sum(r["reward"] for r in records) / len(records), 4)}
         if max(len(samples) for samples in by_task.values()) > 1:
-            summary["best_of_k_cosine"] = round(sum(max(r["reward"] for r in s) for s in by_task.values())
-                                                / len(by_task), 4)
+            summary["best_of_k_score"] = round(sum(max(r["reward"] for r in s) for s in by_task.values())
+                                               / len(by_task), 4)
         return summary
     summary = {"trajectories": len(records), "tasks": len(by_task),
                "mean_tests_passed_pct": pct(r["reward"] for r in records),
@@ -314,6 +318,13 @@ def main(argv=None):
             fail(f"{kind} scoring not yet available ({len(by_kind[kind])} {kind} trajectories "
                  f"in {args.trajectories})")
 
+    others = trajectories_or_fail(args.against) if args.against else []
+    image_score = f"clip:{args.clip}" if args.clip else frontend.StructuralSimilarity.name
+    theirs = {r.get("image_score") for r in others if task_kind(r["task"]) == "frontend"} - {image_score}
+    if by_kind["frontend"] and theirs:  # two rewards of different scores say nothing about each other
+        fail(f"--against {args.against} was scored by {', '.join(map(str, sorted(theirs, key=str)))}, this file by "
+             f"{image_score}: score both the same way")
+
     start = time.monotonic()
     with tqdm(total=len(to_score), desc="scoring (references, then answers)", unit="run",
               mininterval=1.0) as progress:
@@ -336,11 +347,10 @@ def main(argv=None):
     if kinds["frontend"]:
         summary["frontend"] = summarize(kinds["frontend"])
         front = summary["frontend"]
-        print(f"frontend: {front['trajectories']} trajectories, {front['tasks']} tasks: mean CLIP cosine "
-              f"{front['mean_cosine']:.4f}" + (f", best-of-k {front['best_of_k_cosine']:.4f}"
-                                               if "best_of_k_cosine" in front else ""))
+        print(f"frontend: {front['trajectories']} trajectories, {front['tasks']} tasks: mean {front['image_score']} "
+              f"{front['mean_score']:.4f}" + (f", best-of-k {front['best_of_k_score']:.4f}"
+                                              if "best_of_k_score" in front else ""))
     if args.against:
-        others = trajectories_or_fail(args.against)
         mine, theirs = collections.defaultdict(list), collections.defaultdict(list)
         for record in records:
             mine[record["task_id"]].append(record["reward"])

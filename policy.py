@@ -26,7 +26,7 @@ from colbench import distributed
 from colbench.cli import (at_least, fail, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                           require_server, server_url, trajectories_or_fail)
 from colbench.data import DataError, default_output, read_jsonl, task_kind, task_subset, write_jsonl
-from colbench.env import ANSWER_MARKER, PROMPT_STYLES, agent_messages
+from colbench.env import ANSWER_MARKER, PROMPT_STYLES, agent_messages, html_page
 from colbench.models import (DTYPES, SCHEDULES, EndpointChat, adamw, autocast, chat_text, compute_dtype,
                              describe_dtype, generate, load_model, plain_messages, sequence_logps,
                              shared_prefix_logps, shares_prefix, tokenize_turns)
@@ -44,7 +44,7 @@ parser.add_argument("--candidates", type=at_least(2), default=16,
                     help="replies sampled per turn state (N; 2 at least: a top and a bottom half)")
 parser.add_argument("--pairs-per-turn", type=positive_int, default=4, help="preference pairs drawn per turn state")
 parser.add_argument("--last-turn-twins", action="store_true",
-                    help="backend: also train each question-over-answer pair reversed, as at a last turn")
+                    help="also train each question-over-answer pair reversed, as at a last turn")
 parser.add_argument("--data-fraction", type=fraction, default=1.0,
                     help="use the trajectories of this random fraction of the tasks (as baselines.py, same --seed)")
 parser.add_argument("--sampled", help="candidates.jsonl of an earlier run on the same data: rank its candidates "
@@ -133,13 +133,17 @@ def top_bottom_pairs(scores, pairs_per_turn, rng):
 
 
 def ranking_keys(task, scores, replies, last_turn):
-    """What a state's candidates are ranked by: the critic's scores, except at a backend dialogue's last
-    turn, where a reply without ANSWER_MARKER ranks below every reply with it. The environment takes the
-    last reply as the answer whatever it says, so a question there fails for certain; the critic does
-    not see the turn budget and cannot know it (a departure from the paper)."""
-    if not last_turn or task_kind(task) != "backend":
+    """What a state's candidates are ranked by: the critic's scores, except at a dialogue's last turn, where
+    a reply that holds no answer (backend: no ANSWER_MARKER; frontend: no page) ranks below every reply
+    that does. The last reply is the answer whatever it says, so a question there fails for certain; the
+    critic does not see the turn budget and cannot know it (a departure from the paper)."""
+    if not last_turn:
         return scores
-    return [(ANSWER_MARKER in reply, score) for reply, score in zip(replies, scores)]
+    return [(holds_answer(task, reply), score) for reply, score in zip(replies, scores)]
+
+
+def holds_answer(task, reply):
+    return html_page(reply) is not None if task_kind(task) == "frontend" else ANSWER_MARKER in reply
 
 
 def pair_row(trajectory, turn, prompt, replies, scores, chosen, rejected):
@@ -316,24 +320,25 @@ def earlier_candidates(path, states):
 
 
 def rank(states, candidates, critic_dir, args, rng, dtype):
-    """Phase 2: each state's candidates scored by the critic (or at random), then paired: (the scores of each
-    state, pairs.jsonl rows)."""
+    """Phase 2: each state's candidates scored by the critic (or at random), then paired: the lines of
+    candidates.jsonl (each state's candidates and their scores) and of pairs.jsonl."""
     if critic_dir == RANDOM_CRITIC:
         draw = random.Random(f"random scores {args.seed}")
         critic = None
     else:
         critic = load_critic(critic_dir, dtype=dtype)
-    all_scores, rows = [], []
-    for (trajectory, turn, history), replies in tqdm(list(zip(states, candidates)), desc="ranking", unit="state"):
+    scored, rows = [], []
+    for state, replies in tqdm(list(zip(states, candidates)), desc="ranking", unit="state"):
+        trajectory, turn, history = state
         if critic is None:
             scores = [draw.random() for _ in replies]
         else:
             scores = score_candidates(critic, trajectory["task"], history, replies)
-        all_scores.append(scores)
+        scored.append(dict(zip(("task_id", "sample_idx", "turn"), state_key(state)), candidates=replies, scores=scores))
         rows += state_pairs(trajectory, turn, history, replies, scores, args, rng)
     del critic
     gc.collect()
-    return all_scores, rows
+    return scored, rows
 
 
 def save(out, model, tokenizer, history, started, data_file):
@@ -373,8 +378,7 @@ def main(args):
 
     mine = [state for state, weight in distributed.share(states) if weight]  # torchrun: this process's states
     candidates = [sampled[state_key(state)] for state in mine] if sampled else sample(mine, args)
-    scores, rows = rank(mine, candidates, critic_dir, args, rng, dtype)
-    rows = distributed.gather(rows)  # torchrun: every process's pairs
+    scored, rows = map(distributed.gather, rank(mine, candidates, critic_dir, args, rng, dtype))  # torchrun: all
     print(f"{len(rows)} pairs from {len(states)} turn states of {len(trajectories)} trajectories")
     if not rows:
         fail("no pairs: every candidate of every state scored the same")
@@ -382,10 +386,8 @@ def main(args):
     if distributed.is_main():
         with open(os.path.join(out, "args.json"), "w") as f:
             json.dump(vars(args), f, indent=2)
+        write_jsonl(os.path.join(out, "candidates.jsonl"), scored)
         write_jsonl(os.path.join(out, "pairs.jsonl"), rows)
-    write_jsonl(os.path.join(out, "candidates.jsonl") if distributed.is_main() else os.devnull, distributed.gather(
-        [dict(zip(("task_id", "sample_idx", "turn"), state_key(state)), candidates=replies, scores=state_scores)
-         for state, replies, state_scores in zip(mine, candidates, scores)]))
 
     # Phase 3: DPO + NLL from the starting policy, fp32 master weights (bf16 would round lr-sized updates away).
     model, tokenizer = load_model(args.model, trainable=True)

@@ -37,7 +37,7 @@ from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, 
 from colbench.env import ANSWER_MARKER, LAST_TURN_NOTE, PROMPT_STYLES, TURN_BUDGET_NOTE, Episode, html_page
 from colbench.models import (EndpointChat, Reply, TargetLogSoftmax, chat_text, load_model, sample_plain,
                              sample_shrinking_batch, sequence_logps, shared_prefix_logps, tokenize_turns)
-from colbench.render import render
+from colbench.render import render, render_many
 from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value
 from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
 import critic
@@ -279,7 +279,10 @@ def test_tasks_easy_tier_in_both_sets():
 
 def test_tasks_no_task_repeats_across_sets():
     train, test = tasks()
-    assert not {t["ground_truth"] for t in train} & {t["ground_truth"] for t in test}
+    valid = load_tasks(os.path.join(TASKS_DIR, "backend_valid.jsonl"))
+    solutions = [{t["ground_truth"] for t in tasks} for tasks in (train, test, valid)]
+    assert not solutions[0] & solutions[1] and not solutions[0] & solutions[2] and not solutions[1] & solutions[2]
+    assert {t["family"] for t in valid} == {t["family"] for t in train}  # further draws of the training families
 
 
 def test_tasks_references_pass_their_tests_deterministically():
@@ -318,7 +321,7 @@ def test_tasks_descriptions_hide_the_constants():
 def test_tasks_regeneration_is_byte_identical(tmp_path):
     subprocess.run([sys.executable, "-m", "colbench.tasks.backend", "--out", str(tmp_path)],
                    cwd=ROOT, check=True, capture_output=True, timeout=120)
-    for name in ("backend_train.jsonl", "backend_test.jsonl"):
+    for name in ("backend_train.jsonl", "backend_test.jsonl", "backend_valid.jsonl"):
         with open(os.path.join(TASKS_DIR, name), "rb") as shipped, open(tmp_path / name, "rb") as fresh:
             assert shipped.read() == fresh.read(), name
 
@@ -1021,15 +1024,15 @@ def test_eval_bad_input_names_file_line_field(tmp_path, content, expected):
     assert "Traceback" not in process.stderr
 
 
-def test_eval_missing_file_and_frontend_without_clip_weights(tmp_path):
+def test_eval_missing_file_and_frontend_offline_without_clip_weights(tmp_path):
     process, _, _ = evaluate(str(tmp_path / "absent.jsonl"))
     assert process.returncode == 2 and "no such file" in process.stderr and "Traceback" not in process.stderr
     page = trajectory("<html><body>hi</body></html>")
     page["task"] = {"task_id": "page", "problem_description": "A page.", "ground_truth": "<html><body>x</body></html>"}
-    process, _, _ = evaluate(write_jsonl(tmp_path / "front.jsonl", [page]))
-    assert process.returncode == 2
-    # offline: it says how to pass a checkpoint
-    assert "--clip PATH" in process.stderr and "Traceback" not in process.stderr
+    process, scored, summary = evaluate(write_jsonl(tmp_path / "front.jsonl", [page]))
+    assert process.returncode == 0 and "frontend image score: ssim" in process.stdout  # offline: SSIM, named
+    assert scored[0]["image_score"] == "ssim" and 0 < scored[0]["reward"] < 1
+    assert summary["frontend"]["image_score"] == "ssim"
 
 
 @pytest.mark.parametrize("flag, value, allowed", [
@@ -1598,6 +1601,13 @@ def test_policy_pairs_cross_the_median_and_chosen_scores_higher():
     assert top_bottom_pairs([0.3] * 16, 4, rng) == []  # all equal: no preference, no pair
 
 
+def test_policy_last_turn_rule_for_frontend_pages():
+    from policy import ranking_keys
+    replies = ["Which colors?", "I WANT TO ANSWER: <html><body>x</body></html>", "Here: <html><body>y</body></html>"]
+    keys = ranking_keys(PAGE_TASK, [0.9, 0.1, 0.2], replies, last_turn=True)
+    assert min(keys[1], keys[2]) > keys[0] and keys[2] > keys[1]  # a page is an answer, with the marker or not
+
+
 def test_policy_last_turn_answers_outrank_questions_and_twins_reverse_early_pairs():
     from policy import parser, ranking_keys, state_pairs
     answer, question = ANSWER_MARKER + " def f(): return 1", "What should f return?"
@@ -1870,8 +1880,17 @@ def test_frontend_render_page_and_broken_pages():
                      "<body style='background:#00ff00'></body></html>", timeout=8)    # no network, no wait
     assert offline.getpixel((10, 10)) == (0, 255, 0)
     hanging = render("<html><body style='background:red'><script>while (true) {}</script></body></html>", timeout=2)
-    assert hanging.getextrema() == ((255, 255),) * 3                                  # fails -> blank
-    assert render("").getextrema() == ((255, 255),) * 3
+    assert hanging.size == (224, 224) and hanging.getextrema() == ((0, 0),) * 3      # fails: the official black
+    assert render("").getextrema() == ((255, 255),) * 3                               # an empty page is white
+
+
+def test_frontend_full_page_screenshots_hold_the_whole_page():
+    tall = ("<html><body style='margin:0;background:#ffffff'><div style='height:1500px;background:#00ff00'></div>"
+            "<div style='height:300px;background:#0000ff'></div></body></html>")
+    window, page = render(tall), render(tall, full_page=True)
+    assert window.size == (1024, 768) and window.getpixel((500, 700)) == (0, 255, 0)  # the blue is below the window
+    assert page.size == (1024, 1800) and page.getpixel((500, 1700)) == (0, 0, 255)
+    assert render(PAGE, full_page=True).size == (1024, 768)  # a short page: the window's height
 
 
 # --- the protocol and the simulated human
@@ -1908,8 +1927,38 @@ def test_frontend_simulator_names_planted_differences():
     plain = say("<html><body><h1>Hello</h1></body></html>")
     assert len(plain) <= frontend.MAX_REPLY_CHARS and plain.count(".") <= frontend.MAX_DIFFERENCES + 2
     assert "<" not in plain and "#0f1c3f" not in plain                                # never pastes the reference
-    no_page = say("What colors do you like?")
+    no_page = say("Hello! I am ready to start.")  # neither a page nor a question it can answer
     assert no_page.startswith(frontend.NO_PAGE) and "navy" in no_page
+
+
+def test_frontend_simulator_answers_questions_with_the_reference_pages_values():
+    simulator = make_simulator("embedded")
+    dialogue = turn("What colors and which font do you want?")
+    colors = simulator.respond([(PAGE_TASK, dialogue)])[0]
+    assert "#0f1c3f (navy)" in colors and "#f5f5f5" in colors and "Georgia,serif" in colors
+    assert "<" not in colors and "section" not in colors
+    structure = simulator.respond([(PAGE_TASK, turn("How should it be laid out, with which menu and sections?"))])[0]
+    assert "one simple column" in structure and "Home, Menu, Visit" in structure and "Menu, Visit." in structure
+    # a plain request for details: the next topic not yet told (the colors were told above)
+    dialogue += [{"role": "user", "content": colors}, {"role": "assistant", "content": "Any other details?"}]
+    assert simulator.respond([(PAGE_TASK, dialogue)])[0] == "The layout: one simple column."
+    facts = frontend.page_facts(PAGE)
+    assert facts["title"] == "Golden Crust" and facts["sections"] == ["Menu", "Visit"] and facts["layout"] == "single"
+
+
+def test_frontend_warm_start_asks_then_writes_a_compact_page_of_what_it_was_told():
+    from colbench.warmstart import scripted_dialogue
+    record = scripted_dialogue(PAGE_TASK, 0, "ask twice", random.Random(0))
+    turns = record["dialogue_history"]
+    assert [t["role"] for t in turns] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    page = html_page(turns[-1]["content"])
+    assert turns[-1]["content"].startswith(ANSWER_MARKER) and record["answer"] == page
+    assert all(value in page for value in ("#0f1c3f", "#d4a017", "Georgia,serif", "Golden Crust", ">Visit<"))
+    assert len(page) < len(PAGE) + 200  # compact: a 135M model writes it in a few hundred tokens
+    slip = scripted_dialogue(PAGE_TASK, 0, "ask twice, miscopy", random.Random(3))
+    assert html_page(slip["answer"]) != page  # one color wrong
+    at_once = scripted_dialogue(PAGE_TASK, 0, "answer at once", random.Random(0))
+    assert len(at_once["dialogue_history"]) == 2 and at_once["answer"] == page  # the reference's values, remembered
 
 
 def test_frontend_vision_endpoint_gets_both_screenshots(stub_server):
@@ -1923,12 +1972,43 @@ def test_frontend_vision_endpoint_gets_both_screenshots(stub_server):
     assert sum(part["type"] == "image_url" for part in StubOpenAI.requests_seen[-1]["messages"][1]["content"]) == 1
 
 
-# --- scoring: CLIP cosine and win rate
+# --- scoring: the offline image score (SSIM), CLIP cosine, and win rate
+
+def planted_page(changed):
+    """PAGE with the first `changed` of its parts recolored: the navigation bar, the title, then each section."""
+    page = PAGE.replace("</style>", "h1{background:#fdf6e3;color:#3b2f2f;padding:30px}"
+                                     "section{background:#1a2a57;padding:40px;margin:20px}</style>")
+    edits = [("nav{background:#d4a017", "nav{background:#c62828"),
+             ("h1{background:#fdf6e3;color:#3b2f2f", "h1{background:#2e7d32;color:#ffffff"),
+             ("<section>", "<section style='background:#ff7a1a'>"),
+             ("<section>", "<section style='background:#e0f2f1'>")]
+    for old, new in edits[:changed]:
+        page = page.replace(old, new, 1)
+    return page
+
+
+@pytest.mark.parametrize("page_kind", ["dark", "light"])
+def test_frontend_structural_similarity_on_planted_pages(page_kind):
+    pages = [planted_page(changed) for changed in range(5)]
+    if page_kind == "light":
+        pages = [page.replace("background:#0f1c3f;color:#f5f5f5", "background:#fdf6e3;color:#3b2f2f") for page in pages]
+    scorer = frontend.StructuralSimilarity()
+    scores = scorer.similarity(render_many(pages, full_page=True), render_many([pages[0]] * 5, full_page=True))
+    assert scores[0] == pytest.approx(1.0)                                         # the same page
+    assert all(a > b for a, b in zip(scores, scores[1:]))                          # more changed, lower
+    assert 0.3 < scores[1] < 0.999                                                 # one color changed: between
+    blank, failed = scorer.similarity([render("<html><body></body></html>"), frontend.failed_image()],
+                                      [render(pages[0], full_page=True)] * 2)
+    # A blank page scores low: below the page with every part changed. It keeps about the share of the page that is
+    # plain background (more on a light page than on a dark one); a page that failed to render, nothing.
+    assert blank < scores[-1] and blank < (0.3 if page_kind == "dark" else 0.45) and failed < 0.05
+    assert scorer.name == "ssim" and "clip" not in scorer.name
+
 
 def test_frontend_clip_cosine_with_a_tiny_random_clip(tiny_clip):
     scorer = frontend.ClipScorer(tiny_clip)
     red, blue = Image.new("RGB", (64, 48), "red"), Image.new("RGB", (64, 48), "blue")
-    same, different = scorer.cosine([red, blue], [red.copy(), red])
+    same, different = scorer.similarity([red, blue], [red.copy(), red])
     assert same == pytest.approx(1.0, abs=1e-5) and -1.0 <= different < 0.999
     with pytest.raises(frontend.ClipUnavailable, match="--clip PATH"):
         frontend.ClipScorer(os.path.join(tiny_clip, "absent"))
@@ -1951,12 +2031,22 @@ def test_frontend_rollout_two_turns_then_clip_evaluation_and_win_rate(tmp_path, 
         assert record["dialogue_history"][2]["content"].startswith(frontend.NO_PAGE)  # the tiny model writes no page
         assert record["answer"] == ""
     result = run_script("evaluate.py", trajectories, "--out", scored, "--clip", tiny_clip)
-    assert "mean CLIP cosine" in result.stdout
+    assert f"frontend image score: clip:{tiny_clip}" in result.stdout and f"mean clip:{tiny_clip}" in result.stdout
     assert all(-1.0 <= r["reward"] <= 1.0 and r["answered_page"] is False for r in read_jsonl(scored))
+    assert {r["image_score"] for r in read_jsonl(scored)} == {f"clip:{tiny_clip}"}
     result = run_script("evaluate.py", trajectories, "--out", str(tmp_path / "s2.jsonl"), "--clip", tiny_clip,
                         "--against", scored)
     assert "win rate against" in result.stdout
     assert "50.0% over 2 matched tasks (0 wins, 2 ties, 0 losses)" in result.stdout
+    # offline, without --clip: SSIM, named so; a file scored by CLIP is never compared with it
+    result = run_script("evaluate.py", trajectories, "--out", str(tmp_path / "s3.jsonl"))
+    assert "frontend image score: ssim" in result.stdout
+    assert {r["image_score"] for r in read_jsonl(tmp_path / "s3.jsonl")} == {"ssim"}
+    assert all(r["reward"] < 0.1 for r in read_jsonl(tmp_path / "s3.jsonl"))  # no page: the black image
+    result = run_script("evaluate.py", trajectories, "--out", str(tmp_path / "s4.jsonl"), "--against", scored,
+                        check=False)
+    assert result.returncode == 2 and "score both the same way" in result.stderr
+    assert not (tmp_path / "s4.jsonl").exists()
 
 
 def test_frontend_evaluate_without_clip_weights_says_how_to_pass_them(tmp_path):
@@ -2168,16 +2258,16 @@ def test_demo_table_pairs_agents_and_critics_on_the_same_dialogues_and_pairs(tmp
         critics_table(run, ["critic_with_c", "critic_no_solution"])
 
 
-def test_demo_splits_validation_tasks_from_the_warm_start_and_keeps_the_rl_and_test_tasks_apart(tmp_path):
+def test_demo_keeps_warm_start_rl_validation_and_test_tasks_apart(tmp_path):
     from colbench.demo import SETTINGS, Run, split_tasks
     run = Run(str(tmp_path))
     split_tasks(run, SETTINGS)
     files = {name: load_tasks(str(tmp_path / f"{name}_tasks.jsonl")) for name in ("warm", "valid", "train", "test")}
-    ids = {name: {t["task_id"] for t in tasks} for name, tasks in files.items()}
-    assert all(not ids[a] & ids[b] for a in ids for b in ids if a < b)  # no task in two files
-    families = Counter(t["family"] for t in files["valid"])
-    assert len(families) == 9 and set(families.values()) == {SETTINGS["validation_per_family"]}
-    assert len(files["train"]) == SETTINGS["rl_tasks"] and len(files["test"]) == 30
+    solutions = {name: {t["ground_truth"] for t in tasks} for name, tasks in files.items()}
+    assert all(not solutions[a] & solutions[b] for a in solutions for b in solutions if a < b)  # no task twice
+    assert set(Counter(t["family"] for t in files["valid"]).values()) == {2}  # each easy training family twice
+    assert {t["family"] for t in files["valid"]} == {t["family"] for t in files["warm"]}
+    assert (len(files["warm"]), len(files["train"]), len(files["test"])) == (90, SETTINGS["rl_tasks"], 30)
     assert all(t["tier"] == "easy" for tasks in files.values() for t in tasks)
 
 

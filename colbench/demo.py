@@ -3,6 +3,7 @@
     python -m colbench.demo                 # the demo (runs/demo)
     python -m colbench.demo --experiment    # the demo, then the baselines and the controls (runs/demo/experiment)
     python -m colbench.demo --validate      # the settings' choice on validation tasks (runs/demo/validation)
+    python -m colbench.demo --frontend      # the chain on frontend tasks, scored offline (runs/frontend)
 
 Every step is a stage script run as a subprocess, its command printed first. A step whose output exists is
 skipped, so a killed run picks up where it stopped, and the experiment after the demo runs only its own
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import time
 
+from colbench.cli import fraction
 from colbench.data import load_tasks, load_trajectories, write_jsonl
 from colbench.env import ANSWER_MARKER
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
@@ -27,12 +29,12 @@ from colbench.stats import bootstrap_mean_ci, pair_outcomes
 # constants), three agent turns, short replies. The SWEET-RL and critic settings were chosen on the
 # validation tasks (`--validate`; docs/RESULTS.md), never on the test tasks.
 SETTINGS = dict(
-    rl_tasks=45, validation_per_family=2, samples=5, test_samples=7, validation_samples=10,
+    rl_tasks=45, samples=5, test_samples=7, validation_samples=10,
     max_turns=3, max_new_tokens=64, temperature=0.7, warm_lr=5e-5,
     critic_epochs=1, critic_lr=1e-4, trajectory_score="turn-sum",
     candidates=6, pairs_per_turn=2, policy_lr=5e-6, beta=1.0, nll_coef=1.0, lr_schedule="constant",
     demo_fraction=0.07,        # of the offline tasks whose turn states the demo's SWEET-RL ranks: its time budget
-    experiment_fraction=0.25,  # every trained agent of the experiment, on the same offline tasks (docs/RESULTS.md)
+    experiment_fraction=0.07,  # every trained agent of the experiment, on the same offline tasks (--fraction)
     judge_candidates=6,
     batch_size=256)            # dialogues per batched rollout step, sequences per sampling call: all at once
 # The experiment's agents: a SWEET-RL variant names the critic that ranks its candidates ("random": scores
@@ -44,6 +46,10 @@ NAMES = {"zero-shot": "starting policy (warm start)", "sweet": "SWEET-RL", "mt-d
          "rft": "Rejection Fine-Tuning", "sweet-random-critic": "SWEET-RL, candidates ranked at random",
          "sweet-no-solution": "SWEET-RL, critic without c", "sweet-no-normalize": "SWEET-RL, critic w/o normalization"}
 CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"]}
+# The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the SSIM of the
+# screenshots. Pages are longer than functions: fewer dialogues, longer replies, a longer critic view.
+FRONTEND = dict(SETTINGS, warm_tasks=60, rl_tasks=30, samples=4, test_samples=3, max_new_tokens=384,
+                critic_max_length=2048, demo_fraction=0.25, candidates=4, batch_size=128)
 
 
 class Run:
@@ -75,21 +81,18 @@ class Run:
 def split_tasks(run, s):
     """The task files of a run: the easy tier of the shipped tasks. Training tasks: every third for the RL
     data (the warm start memorizes its tasks' constants, so RL data on them would not show what asking is
-    worth), the rest for the warm start but for `validation_per_family` of each family, kept for
-    validation. The test tasks are all the easy test tasks."""
+    worth), the rest for the warm start. Validation: the easy tasks of backend_valid.jsonl, further draws of
+    the training families. Test: the easy test tasks."""
     if os.path.exists(run.path("test_tasks.jsonl")):  # written last: once it exists, all are there
         return
-    training = [t for t in load_tasks("colbench/tasks/backend_train.jsonl") if t.get("tier") == "easy"]
-    warm, validation = [], []
-    for i, task in enumerate(training):
-        if i % 3:
-            chosen = [t for t in validation if t["family"] == task["family"]]
-            (validation if len(chosen) < s["validation_per_family"] else warm).append(task)
-    write_jsonl(run.path("warm_tasks.jsonl"), warm)
-    write_jsonl(run.path("valid_tasks.jsonl"), validation)
+
+    def easy(name):
+        return [t for t in load_tasks(f"colbench/tasks/backend_{name}.jsonl") if t.get("tier") == "easy"]
+    training = easy("train")
+    write_jsonl(run.path("warm_tasks.jsonl"), [t for i, t in enumerate(training) if i % 3])
     write_jsonl(run.path("train_tasks.jsonl"), [t for i, t in enumerate(training) if i % 3 == 0][: s["rl_tasks"]])
-    write_jsonl(run.path("test_tasks.jsonl"),
-                [t for t in load_tasks("colbench/tasks/backend_test.jsonl") if t.get("tier") == "easy"])
+    write_jsonl(run.path("valid_tasks.jsonl"), easy("valid"))
+    write_jsonl(run.path("test_tasks.jsonl"), easy("test"))
 
 
 def sampling(s):
@@ -118,7 +121,8 @@ def train_critic(run, s, name, folder, flags=()):
     """critic.py on the run's offline data, from the starting policy, half of the paired tasks held out."""
     run.stage(name, "critic.py", run.path("train.scored.jsonl"), "--model", run.path("warm"), "--out", folder,
               "--epochs", str(s["critic_epochs"]), "--lr", str(s["critic_lr"]), "--trajectory-score",
-              s["trajectory_score"], "--eval-fraction", "0.5", "--max-length", "1024", *flags,
+              s["trajectory_score"], "--eval-fraction", "0.5", "--max-length", str(s.get("critic_max_length", 1024)),
+              *flags,
               done_when=os.path.join(folder, "metrics.json"))
 
 
@@ -285,10 +289,13 @@ def table(r, versus):
             correlation = f"{q['rank_correlation']:.3f}" if q["rank_correlation"] is not None else "-"
             lines.append(f"| {critic} | {pct(q['critic_pick'])} | {pct(q['random_pick'])} | "
                          f"{points([q['difference'], *q['difference_ci95']])} | {q['tasks']} | {correlation} |")
-    seconds = r["stage_seconds"]
-    lines.append(f"\nminutes: {sum(seconds.values()) / 60:.1f} ("
-                 + ", ".join(f"{name} {s:.0f} s" for name, s in seconds.items()) + ")")
-    return "\n".join(lines)
+    return "\n".join(lines + ["", minutes(r["stage_seconds"])])
+
+
+def minutes(seconds):
+    """The line of a run's time: in all, then stage by stage."""
+    return (f"minutes: {sum(seconds.values()) / 60:.1f} ("
+            + ", ".join(f"{name} {s:.0f} s" for name, s in seconds.items()) + ")")
 
 
 def finish(run, results, versus, label):
@@ -316,21 +323,27 @@ def demo(run, s):
 
 
 def experiment(run, s):
-    """Every trained agent on the trajectories of the same `experiment_fraction` of the offline tasks."""
+    """Every trained agent on the trajectories of the same `experiment_fraction` of the offline tasks. At the
+    demo's fraction, the demo's SWEET-RL is the experiment's, and the experiment runs in runs/demo/experiment;
+    at another, in runs/demo/experiment_<fraction>, with a SWEET-RL of its own."""
     demo(run, s)
     shared_steps(run, s, list(CRITICS))
-    exp = Run(run.path("experiment"))
+    data_fraction = s["experiment_fraction"]
+    exp = Run(run.path("experiment" if data_fraction == s["demo_fraction"] else f"experiment_{data_fraction}"))
+    folders = {agent: exp.path(f"policy_{agent}") for agent in [*SWEET_VARIANTS, *BASELINES]}
+    if data_fraction == s["demo_fraction"]:
+        folders["sweet"] = run.path("policy_sweet")
     for agent, critic in SWEET_VARIANTS.items():
-        sampled = None if agent == "sweet" else exp.path("policy_sweet", "candidates.jsonl")
-        train_agent(run, s, agent, exp.path(f"policy_{agent}"), s["experiment_fraction"],
-                    critic=critic if critic == "random" else run.path(critic), sampled=sampled)
+        sampled = None if agent == "sweet" else os.path.join(folders["sweet"], "candidates.jsonl")
+        critic_dir = critic if critic == "random" else run.path(critic)
+        train_agent(run, s, agent, folders[agent], data_fraction, critic=critic_dir, sampled=sampled)
     for agent in BASELINES:
-        train_agent(run, s, agent, exp.path(f"policy_{agent}"), s["experiment_fraction"])
+        train_agent(run, s, agent, folders[agent], data_fraction)
     agents = {"zero-shot": run.path("test_zero-shot.scored.jsonl")}
-    for agent in list(SWEET_VARIANTS) + list(BASELINES):
-        play(exp, s, agent, exp.path(f"policy_{agent}"), run.path("test_tasks.jsonl"), s["test_samples"],
-             f"test_{agent}")
-        agents[agent] = exp.path(f"test_{agent}.scored.jsonl")
+    for agent, folder in folders.items():
+        tested = run if folder == run.path("policy_sweet") else exp
+        play(tested, s, agent, folder, run.path("test_tasks.jsonl"), s["test_samples"], f"test_{agent}")
+        agents[agent] = tested.path(f"test_{agent}.scored.jsonl")
     exp.stage("judge", "judge.py", run.path("train.scored.jsonl"), "--model", run.path("warm"),
               "--critic", run.path("critic_with_c"), "--critic", run.path("critic_no_solution"),
               "--out", exp.path("judge"), "--candidates", str(s["judge_candidates"]), *sampling(s),
@@ -344,7 +357,7 @@ def experiment(run, s):
 
 # The settings tried on the validation tasks, one at a time beside SETTINGS' own.
 VALIDATION = {"beta": [0.1], "nll_coef": [0.01], "policy_lr": [2e-5], "lr_schedule": ["cosine"],
-              "trajectory_score": ["token-mean"], "critic_epochs": [2]}
+              "trajectory_score": ["token-mean"], "critic_epochs": [2], "demo_fraction": [0.2]}
 CRITIC_SETTINGS = ("trajectory_score", "critic_epochs")  # these change the critic that ranks the candidates
 
 
@@ -366,8 +379,10 @@ def validate(run, s):
             variants[name] = (changed, critic)
     agents = {"zero-shot": run.path("warm")}
     for name, (changed, critic) in variants.items():
-        sampled = None if name == "settings" else val.path("policy_settings", "candidates.jsonl")
-        train_agent(run, changed, name, val.path(f"policy_{name}"), s["demo_fraction"], critic=critic, sampled=sampled)
+        same_states = name != "settings" and changed["demo_fraction"] == s["demo_fraction"]
+        sampled = val.path("policy_settings", "candidates.jsonl") if same_states else None
+        train_agent(run, changed, name, val.path(f"policy_{name}"), changed["demo_fraction"], critic=critic,
+                    sampled=sampled)
         agents[name] = val.path(f"policy_{name}")
     for name, policy in agents.items():
         play(val, s, name, policy, run.path("valid_tasks.jsonl"), s["validation_samples"], f"valid_{name}")
@@ -389,18 +404,71 @@ def validate(run, s):
     print(f"\nvalidation finished; everything is in {val.folder}/\n\n{text}")
 
 
+def frontend_run(run, s):
+    """The chain on frontend tasks: the warm start on scripted dialogues of training tasks, offline data on
+    other training tasks, the critic with c (the reference page), SWEET-RL, and both agents on the test
+    tasks: the mean image score, its paired difference, and the win rate of SWEET-RL over the start."""
+    if not os.path.exists(run.path("test_tasks.jsonl")):
+        training = load_tasks("colbench/tasks/frontend_train.jsonl")
+        write_jsonl(run.path("warm_tasks.jsonl"), [t for i, t in enumerate(training) if i % 3][: s["warm_tasks"]])
+        write_jsonl(run.path("train_tasks.jsonl"), [t for i, t in enumerate(training) if i % 3 == 0][: s["rl_tasks"]])
+        write_jsonl(run.path("test_tasks.jsonl"), load_tasks("colbench/tasks/frontend_test.jsonl"))
+    shared_steps(run, s, ["critic_with_c"])
+    train_agent(run, s, "sweet", run.path("policy_sweet"), s["demo_fraction"], critic=run.path("critic_with_c"))
+    agents = {"zero-shot": run.path("warm"), "sweet": run.path("policy_sweet")}
+    for agent, policy in agents.items():
+        play(run, s, agent, policy, run.path("test_tasks.jsonl"), s["test_samples"], f"test_{agent}")
+    run.stage("report", "-m", "colbench.report", run.path("test_sweet.scored.jsonl"), "--policy",
+              run.path("policy_sweet"), "--max-dialogues", "6", "--screenshots", "2", "--out", run.path("report.html"),
+              done_when=run.path("report.html"))
+    scores = {agent: {(t["task_id"], t["sample_idx"]): t["reward"]
+                      for t in load_trajectories(run.path(f"test_{agent}.scored.jsonl"))} for agent in agents}
+    by_task = {}  # task -> SWEET-RL's win (1), tie (1/2) or loss (0) against the start, by mean score
+    for task_id in {task_id for task_id, _ in scores["sweet"]}:
+        mine, theirs = ([v for (t, _), v in scores[a].items() if t == task_id] for a in ("sweet", "zero-shot"))
+        mine, theirs = round(sum(mine) / len(mine), 6), round(sum(theirs) / len(theirs), 6)
+        by_task[task_id] = [1.0 if mine > theirs else 0.5 if mine == theirs else 0.0]
+    image_score = {t.get("image_score") for t in load_trajectories(run.path("test_sweet.scored.jsonl"))}
+    results = {"image_score": sorted(image_score), "test_dialogues": {a: len(v) for a, v in scores.items()},
+               "mean_score": {a: sum(v.values()) / len(v) for a, v in scores.items()},
+               "vs_zero-shot": {"sweet": paired_difference(scores["sweet"], scores["zero-shot"])},
+               "win_rate_vs_zero-shot": [sum(w for w, in by_task.values()) / len(by_task),
+                                         *bootstrap_mean_ci(by_task)],
+               "stage_seconds": run.seconds, "settings": s}
+    with open(run.path("results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    difference, rate = results["vs_zero-shot"]["sweet"], results["win_rate_vs_zero-shot"]
+    text = "\n".join([
+        f"held-out frontend test tasks: {len(by_task)}; image score: {', '.join(results['image_score'])}", "",
+        "| agent | dialogues | mean image score |", "|---|---|---|",
+        *(f"| {NAMES[a]} | {results['test_dialogues'][a]} | {results['mean_score'][a]:.4f} |" for a in agents),
+        f"\nSWEET-RL - starting policy: {difference[0]:+.4f} mean image score, 95% CI [{difference[1]:+.4f}, "
+        f"{difference[2]:+.4f}] (paired samples, bootstrap over tasks)",
+        f"SWEET-RL's win rate over the starting policy: {pct(rate[0])}%, 95% CI [{pct(rate[1])}, {pct(rate[2])}] "
+        f"({len(by_task)} tasks, ties count half)",
+        "", minutes(run.seconds)])
+    with open(run.path("results.md"), "w") as f:
+        f.write(text + "\n")
+    print(f"\nfrontend run finished; everything is in {run.folder}/ (report.html: pages as screenshots)\n\n{text}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--experiment", action="store_true", help="the demo, then the baselines and the controls")
     parser.add_argument("--validate", action="store_true", help="choose the settings on the validation tasks")
-    parser.add_argument("--out", default=os.path.join("runs", "demo"), help="run folder (default runs/demo)")
+    parser.add_argument("--frontend", action="store_true", help="the chain on frontend tasks (runs/frontend)")
+    parser.add_argument("--fraction", type=fraction, help="the experiment: the fraction of the offline tasks every "
+                                                          "agent trains on (default: the demo's, its time budget)")
+    parser.add_argument("--out", help="run folder (default runs/demo, or runs/frontend)")
     args = parser.parse_args()
-    run = Run(args.out)
-    print(f"settings: {json.dumps(SETTINGS)} -> {args.out}", flush=True)
-    if args.validate:
+    run = Run(args.out or os.path.join("runs", "frontend" if args.frontend else "demo"))
+    print(f"settings: {json.dumps(FRONTEND if args.frontend else SETTINGS)} -> {run.folder}", flush=True)
+    if args.frontend:
+        frontend_run(run, FRONTEND)
+    elif args.validate:
         validate(run, SETTINGS)
     elif args.experiment:
-        experiment(run, SETTINGS)
+        experiment(run, dict(SETTINGS, experiment_fraction=args.fraction or SETTINGS["experiment_fraction"]))
     else:
         demo(run, SETTINGS)
 

@@ -1,17 +1,21 @@
 """Frontend tasks: what the simulated human says about a page, and how a final page is scored.
 
-The embedded simulator (offline, deterministic) compares the agent's page with the reference
-page twice over: their screenshots (colbench/render.py) for the colors one sees, and their HTML
-for structure (navigation, title, sections, sidebar, card grid, footer) and styles (fonts, sizes,
-text color). Each difference found gets a weight; the few heaviest are said in plain words,
-cut at MAX_REPLY_CHARS. A turn without a page says so and compares the reference with a blank page.
+The embedded simulator (offline, deterministic) answers a question about the colors, the font, the
+layout, the menu, the sections or the title with what the reference page has (`page_facts`). Shown a
+page, it compares it with the reference page twice over: their screenshots (colbench/render.py) for
+the colors one sees, and their HTML for structure (navigation, title, sections, sidebar, card grid,
+footer) and styles (fonts, sizes, text color). Each difference found gets a weight; the few heaviest
+are said in plain words, cut at MAX_REPLY_CHARS. A turn with neither says so and compares the
+reference with a blank page.
 
 The vision-endpoint simulator sends both screenshots to an OpenAI-compatible chat server as
 image data URLs, with the prompt below.
 
-Evaluation (paper section 5): the reward of a final page is the cosine similarity of the CLIP
-image embeddings of its screenshot and of the reference's; the win rate against another
-system's scored file counts, per task both files hold, a higher mean reward as 1 and a tie as 1/2.
+Evaluation: the reward of a final page is the similarity of its full-page screenshot to the reference
+page's. The paper's is the cosine of their CLIP image embeddings (`ClipScorer`, given a checkpoint);
+offline, with no weights to download, `StructuralSimilarity` compares the screenshots' pixels (SSIM).
+The win rate against another system's scored file counts, per task both files hold, a higher mean
+reward as 1 and a tie as 1/2.
 """
 import base64
 import html.parser
@@ -22,9 +26,10 @@ import socket
 import urllib.parse
 
 import numpy
+from PIL import Image
 
 from colbench.env import html_page
-from colbench.render import blank_image, render, render_many
+from colbench.render import blank_image, failed_image, render, render_many
 
 MAX_REPLY_CHARS = 1000
 MAX_DIFFERENCES = 3     # the human names at most this many differences per turn
@@ -277,9 +282,71 @@ def describe_differences(reference_page, agent_page, reference_image=None, agent
     return " ".join(sentences)[:MAX_REPLY_CHARS]
 
 
+# ---------------------------------------------------------------- what the human tells when asked
+
+# A topic -> the words that ask about it; GENERIC_WORDS ask for whatever has not been told yet.
+TOPIC_WORDS = {"colors": ("color", "colour", "palette", "background", "theme"), "font": ("font", "typeface"),
+               "layout": ("layout", "laid out", "structure", "arrange"), "menu": ("menu", "navigation", "links"),
+               "sections": ("section", "content", "parts"), "title": ("title", "heading", "name")}
+GENERIC_WORDS = ("detail", "specific", "requirement", "anything else", "what else", "preference", "more about")
+LAYOUTS = {"sidebar": "a sidebar on the left holding the title and the menu, the content beside it",
+           "hero": "a big banner across the top with the title, the content below it",
+           "cards": "the content as a grid of cards, three to a row",
+           "single": "one simple column"}
+
+
+def page_facts(page):
+    """What a person who wants `page` can tell about it, read off its HTML: {topic: value}. colors: the
+    background, the text, the headings and (where there is one) the header band, as CSS hex colors."""
+    parser = PageParser()
+    parser.feed(page)
+    rules = css_rules(" ".join(parser.css))
+    colors = {"background": rules.get("body", {}).get("background"), "text": rules.get("body", {}).get("color"),
+              "headings": rules.get("h2", {}).get("color") or rules.get("a", {}).get("color")}
+    for band in (".hero", "aside", "header", "nav", "footer"):
+        if rules.get(band, {}).get("background"):
+            colors["header"] = rules[band]["background"]
+            break
+    layout = ("sidebar" if "aside" in parser.tags else "hero" if ".hero" in rules
+              else "cards" if "grid-template-columns" in " ".join(parser.css) else "single")
+    facts = {"colors": {part: color for part, color in colors.items() if color},
+             "font": rules.get("body", {}).get("font-family"), "layout": layout, "menu": parser.nav_links,
+             "sections": parser.headings["h2"], "title": parser.headings["h1"][0] if parser.headings["h1"] else None}
+    return {topic: value for topic, value in facts.items() if value is not None}
+
+
+def fact_sentence(topic, value):
+    """How the human says one topic's facts: exact values, so that an agent can copy them into its page."""
+    if topic == "colors":
+        parts = [f"{'the ' if i else 'The '}{part} {color} ({color_name(parse_color(color) or (0, 0, 0))})"
+                 for i, (part, color) in enumerate(value.items())]
+        return "Colors: " + ", ".join(parts) + "."
+    if topic == "font":
+        return f"The font is {value}."
+    if topic == "layout":
+        return f"The layout: {LAYOUTS[value]}."
+    if topic == "menu":
+        return f"A menu with the links {', '.join(value)}." if value else "No menu."
+    if topic == "sections":
+        return f"The sections, in this order: {', '.join(value)}."
+    return f"The title is '{value}'."
+
+
 def embedded_reply(task, dialogue):
-    """The embedded human's answer to the agent's latest turn of a frontend task."""
-    return describe_differences(task["ground_truth"], html_page(dialogue[-1]["content"]))
+    """The embedded human's answer to the agent's latest turn of a frontend task: the facts of the topics it
+    asks about (a plain request for details: the next topic not yet told); else, with or without a page,
+    the differences from the reference page."""
+    message = dialogue[-1]["content"].lower()
+    page = html_page(dialogue[-1]["content"])
+    if page is None:
+        facts = page_facts(task["ground_truth"])
+        asked = [topic for topic, words in TOPIC_WORDS.items() if topic in facts and any(w in message for w in words)]
+        if not asked and any(word in message for word in GENERIC_WORDS):
+            told = " ".join(turn["content"] for turn in dialogue if turn["role"] == "user")
+            asked = [topic for topic in facts if fact_sentence(topic, facts[topic]) not in told][:1]
+        if asked:
+            return " ".join(fact_sentence(topic, facts[topic]) for topic in asked)[:MAX_REPLY_CHARS]
+    return describe_differences(task["ground_truth"], page)
 
 
 # ---------------------------------------------------------------- the vision endpoint's messages
@@ -335,10 +402,56 @@ def hub_reachable(timeout=3.0):
         return False
 
 
+class StructuralSimilarity:
+    """The offline image score: SSIM (Wang et al. 2004) of two screenshots, which needs no model weights.
+
+    Both images are scaled to WIDTH pixels wide, the shorter one padded at the bottom with its own most
+    common color (a page that ends early shows its background below); then the mean over every 7 x 7
+    window and the three color channels of luminance x contrast x structure agreement. 1 for the same
+    page, and lower the more of a page differs; a blank page keeps about the share of the reference that
+    is plain background (0.26 for a dark planted page, 0.42 for a light one), a black image nothing."""
+    name = "ssim"
+    WIDTH, WINDOW = 128, 7
+
+    def similarity(self, images, reference_images):
+        return [self.ssim(image, reference) for image, reference in zip(images, reference_images)]
+
+    @classmethod
+    def ssim(cls, image, reference):
+        def scaled_down(picture):
+            height = max(cls.WINDOW, cls.WIDTH * picture.height // picture.width)
+            return picture.convert("RGB").resize((cls.WIDTH, height))
+        scaled = [scaled_down(image), scaled_down(reference)]
+        height = max(s.height for s in scaled)
+        a, b = (numpy.asarray(cls.padded(s, height), dtype=numpy.float64) for s in scaled)  # [height, WIDTH, 3]
+        c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+        mean_a, mean_b = cls.window_mean(a), cls.window_mean(b)
+        var_a, var_b = cls.window_mean(a * a) - mean_a ** 2, cls.window_mean(b * b) - mean_b ** 2
+        covariance = cls.window_mean(a * b) - mean_a * mean_b
+        agreement = ((2 * mean_a * mean_b + c1) * (2 * covariance + c2)
+                     / ((mean_a ** 2 + mean_b ** 2 + c1) * (var_a + var_b + c2)))  # per window and channel
+        return float(agreement.mean())
+
+    @classmethod
+    def window_mean(cls, x):
+        """The mean of each WINDOW x WINDOW window of x [h, w, 3] (from an integral image): [h - 6, w - 6, 3]."""
+        k = cls.WINDOW
+        total = numpy.pad(x, ((1, 0), (1, 0), (0, 0))).cumsum(0).cumsum(1)
+        return (total[k:, k:] - total[:-k, k:] - total[k:, :-k] + total[:-k, :-k]) / (k * k)
+
+    @staticmethod
+    def padded(image, height):
+        colors = image.getcolors(image.width * image.height)
+        canvas = Image.new("RGB", (image.width, height), max(colors)[1])
+        canvas.paste(image, (0, 0))
+        return canvas
+
+
 class ClipScorer:
     """Image embeddings of any CLIP checkpoint (a folder with the model and its image processor, or a hub id)."""
 
     def __init__(self, path_or_id=DEFAULT_CLIP, device=None):
+        self.name = f"clip:{path_or_id}"
         import torch
         from transformers import CLIPImageProcessor, CLIPModel
 
@@ -372,16 +485,18 @@ class ClipScorer:
                 chunks.append(torch.nn.functional.normalize(features.float(), dim=-1).cpu())
         return torch.cat(chunks)
 
-    def cosine(self, images, reference_images):
+    def similarity(self, images, reference_images):
         """Cosine similarity of each image with its reference, in [-1, 1]."""
         return (self.embed(images) * self.embed(reference_images)).sum(-1).clamp(-1, 1).tolist()
 
 
 def score_pages(scorer, pages, reference_pages):
-    """The frontend reward of each final page (None or '' renders blank): CLIP cosine with its reference."""
-    screenshots = render_many([page or "" for page in pages])
-    references = render_many(reference_pages)
-    return scorer.cosine(screenshots, references)
+    """The frontend reward of each final page: its full-page screenshot's similarity with the reference's,
+    by `scorer` (StructuralSimilarity or ClipScorer). No page scores as a failed one: a black image, as in
+    the official evaluator."""
+    screenshots = render_many(pages, full_page=True)
+    screenshots = [image if page and page.strip() else failed_image() for page, image in zip(pages, screenshots)]
+    return scorer.similarity(screenshots, render_many(reference_pages, full_page=True))
 
 
 def win_rate(rewards, other_rewards):

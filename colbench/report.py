@@ -9,11 +9,14 @@ which turn made the difference. The critic's and the policy's `log.jsonl` become
 No network, no scripts: it opens from disk on a projector.
 """
 import argparse
+import base64
 import html
+import io
 import os
 
-from colbench.cli import fail, positive_int, trajectories_or_fail
-from colbench.data import DataError, read_jsonl
+from colbench.cli import fail, non_negative_int, positive_int, trajectories_or_fail
+from colbench.data import DataError, read_jsonl, task_kind
+from colbench.env import html_page
 
 
 def svg_plot(points, title, width=360, height=160):
@@ -61,11 +64,25 @@ def shade(advantage, scale):
     return f"rgba({'22,163,74' if advantage > 0 else '220,38,38'},{0.08 + 0.5 * strength:.2f})"
 
 
-def dialogue_html(trajectory, advantages, scale):
+def screenshot(page, caption):
+    """A page's full-page screenshot, inline as a PNG 360 pixels wide, with its caption."""
+    from colbench.render import render
+    image = render(page, full_page=True)
+    image = image.resize((360, max(1, image.height * 360 // image.width)))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return (f"<figure><img src='data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}'>"
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+def dialogue_html(trajectory, advantages, scale, screenshots=False):
+    """One dialogue; with `screenshots` (frontend), the reference page and each page the agent showed."""
     reward = "None" if trajectory.get("reward") is None else f"{trajectory['reward']:.2f}"
     success = " ✔" if trajectory.get("success") else ""
     head = (f"<h3>{html.escape(str(trajectory['task_id']))} · sample {trajectory['sample_idx']} · "
             f"reward {reward}{success}</h3>")
+    if screenshots:
+        head += screenshot(trajectory["task"]["ground_truth"], "the page the human has in mind (the reference)")
     turns, agent_turn = [], 0
     for message in trajectory["dialogue_history"]:
         advantage = None
@@ -73,13 +90,16 @@ def dialogue_html(trajectory, advantages, scale):
             advantage = advantages.get((trajectory["task_id"], trajectory["sample_idx"], agent_turn))
             agent_turn += 1
         note = f"<span class='adv'>A = {advantage:+.4f}</span>" if advantage is not None else ""
+        page = html_page(message["content"]) if screenshots and message["role"] == "assistant" else None
         turns.append(f"<div class='turn {message['role']}' style='background:{shade(advantage, scale)}'>"
                      f"<b>{'agent' if message['role'] == 'assistant' else 'human'}</b>{note}"
-                     f"<pre>{html.escape(message['content'])}</pre></div>")
+                     f"<pre>{html.escape(message['content'])}</pre>"
+                     f"{screenshot(page, 'the page of this turn') if page else ''}</div>")
     return f"<section>{head}{''.join(turns)}</section>"
 
 
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em}"
+         "figure{display:inline-block;margin:.4em;vertical-align:top}img{border:1px solid #999}"
          "pre{white-space:pre-wrap;margin:.3em 0;font-size:14px}\n"
          ".turn{border:1px solid #ddd;border-radius:6px;padding:.4em .7em;margin:.3em 0}"
          ".user{margin-right:15%}.assistant{margin-left:15%}\n"
@@ -87,7 +107,8 @@ STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em}"
          "section{border-top:2px solid #333;margin-top:1.5em}")
 
 
-def write_report(out, trajectories, advantage_rows=(), logs=(), max_dialogues=40):
+def write_report(out, trajectories, advantage_rows=(), logs=(), max_dialogues=40, screenshots=0):
+    """The report page; the first `screenshots` frontend dialogues shown with the screenshots of their pages."""
     advantages = {(r["task_id"], r["sample_idx"], r["turn"]): r["advantage"] for r in advantage_rows}
     scale = max((abs(a) for a in advantages.values()), default=0.0)
     # Dialogues the critic scored come first: they are the ones with shading.
@@ -102,7 +123,8 @@ def write_report(out, trajectories, advantage_rows=(), logs=(), max_dialogues=40
             f"</head><body><h1>SWEET-RL run report</h1><p>{summary}. Showing {len(shown)}; agent turns shaded by the "
             f"critic's advantage (green = credited, red = blamed; strongest |A| = {scale:.4f}).</p>"
             f"<h2>Training curves</h2>{body or '<p>(no training logs given)</p>'}<h2>Dialogues</h2>"
-            f"{''.join(dialogue_html(t, advantages, scale) for t in shown)}</body></html>")
+            + "".join(dialogue_html(t, advantages, scale, i < screenshots and task_kind(t["task"]) == "frontend")
+                      for i, t in enumerate(shown)) + "</body></html>")
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         f.write(page)
@@ -115,6 +137,8 @@ def main():
     parser.add_argument("--policy", help="policy folder: its log.jsonl is plotted")
     parser.add_argument("--out", default="runs/report.html", help="the HTML file to write")
     parser.add_argument("--max-dialogues", type=positive_int, default=40, help="dialogues shown at most")
+    parser.add_argument("--screenshots", type=non_negative_int, default=0,
+                        help="frontend: show the pages of the first N dialogues as screenshots (needs chromium)")
     args = parser.parse_args()
     trajectories = trajectories_or_fail(args.scored)
     advantage_rows, logs = [], []
@@ -127,7 +151,7 @@ def main():
     for label, folder in (("critic", args.critic), ("policy", args.policy)):
         if folder and os.path.exists(os.path.join(folder, "log.jsonl")):
             logs.append((label, os.path.join(folder, "log.jsonl")))
-    write_report(args.out, trajectories, advantage_rows, logs, args.max_dialogues)
+    write_report(args.out, trajectories, advantage_rows, logs, args.max_dialogues, args.screenshots)
     print(f"report -> {args.out}")
 
 

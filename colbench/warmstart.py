@@ -1,7 +1,7 @@
 """Scripted dialogues that warm-start the embedded model: the demo's stand-in for instruction tuning.
 
     python -m colbench.warmstart runs/demo/warm_tasks.jsonl --out runs/demo/warmstart.traj.jsonl
-    python policy.py runs/demo/warmstart.traj.jsonl --method sft --out runs/demo/warm   # the starting policy
+    python baselines.py runs/demo/warmstart.traj.jsonl --method sft --out runs/demo/warm   # the starting policy
 
 The paper's starting policy (Llama-3.1-8B-Instruct) already followed ColBench's protocol; the
 embedded SmolLM2-135M does not (zero-shot it never used the answer marker and rarely wrote a valid
@@ -17,14 +17,19 @@ Each dialogue follows one behaviour, drawn with the weights of BEHAVIOURS:
 
 On new tasks the guesses are wrong, so the warm-started agent fails for reasons a critic can see:
 answering before asking, or a number copied wrong. Test-only families never appear here.
+
+Frontend tasks the same way: ask about the colors and the font, then about the layout, the menu and the
+sections (the embedded human answers with the reference page's values), then write a compact page of
+what was told (`compact_page`); a slip gets one color wrong; what was not asked is the reference's.
 """
 import argparse
 import random
 import re
 
 from colbench.cli import fail, non_negative_int, positive_int
-from colbench.data import DataError, load_tasks, write_jsonl
+from colbench.data import DataError, load_tasks, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER, Episode
+from colbench.frontend import page_facts
 from colbench.simulators import EmbeddedSimulator
 
 BEHAVIOURS = {"ask twice": 3, "ask twice, miscopy": 1, "ask once": 2, "answer at once": 2}
@@ -56,24 +61,61 @@ def miscopy(code, told, rng):
     return code[:slip.start()] + wrong + code[slip.end():]
 
 
+# Frontend: first about the look, then about the structure; the human answers each with the reference's values.
+PAGE_QUESTIONS = [["What colors and font would you like?", "Which colors and which font should it use?"],
+                  ["How should it be laid out, with which menu and sections?",
+                   "What layout, menu links and sections do you want?"]]
+
+
+def compact_page(facts, title):
+    """The page the scripted agent writes from a task's `facts` (frontend.page_facts): short, so that a 135M
+    model can write one, with the colors, font, layout, menu, sections and title it was told."""
+    colors = facts.get("colors", {})
+    background, text = colors.get("background", "#ffffff"), colors.get("text", "#222222")
+    headings = colors.get("headings", text)
+    band = colors.get("header", headings)
+    menu = "".join(f"<a href='#'>{link}</a>" for link in facts.get("menu", []))
+    sections = "".join(f"<section><h2>{name}</h2><p>{name} at {title}.</p></section>"
+                       for name in facts.get("sections", []))
+    body = {"sidebar": f"<div style='display:flex'><div class='band' style='width:200px'><h1>{title}</h1>{menu}</div>"
+                       f"<main>{sections}</main></div>",
+            "hero": f"<nav>{menu}</nav><div class='band'><h1>{title}</h1></div><main>{sections}</main>",
+            "cards": f"<nav>{menu}</nav><h1>{title}</h1><main style='display:grid;grid-template-columns:1fr 1fr 1fr'>"
+                     f"{sections}</main>",
+            "single": f"<nav>{menu}</nav><h1>{title}</h1><main>{sections}</main>"}[facts.get("layout", "single")]
+    style = (f"body{{margin:0;background:{background};color:{text};font-family:{facts.get('font', 'sans-serif')}}}"
+             f"h2{{color:{headings}}}a{{color:{headings};margin:8px}}.band{{background:{band};padding:24px}}"
+             "main{padding:20px}")
+    return f"<html><head><style>{style}</style></head><body>{body}<footer class='band'>{title}</footer></body></html>"
+
+
 def scripted_dialogue(task, sample_idx, behaviour, rng, max_turns=3):
     """One trajectory line (rollout.py's schema, plus `behaviour`) of the scripted agent."""
     episode, human = Episode(task, sample_idx, max_turns), EmbeddedSimulator()
     questions = {"ask twice": 2, "ask twice, miscopy": 2, "ask once": 1, "answer at once": 0}[behaviour]
-    for question in rng.sample(QUESTIONS, questions):
+    frontend = task_kind(task) == "frontend"
+    asked = [rng.choice(PAGE_QUESTIONS[i]) for i in range(questions)] if frontend else rng.sample(QUESTIONS, questions)
+    for question in asked:
         episode.add_agent_turn(Scripted(question, ""))
         episode.add_human_turn(human.reply(task, episode.dialogue))
-    code = task["ground_truth"].strip()
-    if behaviour == "ask twice, miscopy":
-        told = " ".join(turn["content"] for turn in episode.dialogue[1:] if turn["role"] == "user")
-        code = miscopy(code, told, rng) or code
-    episode.add_agent_turn(Scripted(f"{ANSWER_MARKER}\n{code}", ""))
+    told = " ".join(turn["content"] for turn in episode.dialogue[1:] if turn["role"] == "user")
+    if frontend:  # what was not asked is the reference's, remembered: right on training tasks only
+        facts = page_facts(task["ground_truth"])
+        if behaviour == "ask twice, miscopy" and facts.get("colors"):
+            part = rng.choice(sorted(facts["colors"]))
+            facts["colors"][part] = rng.choice(["#ffffff", "#222222", "#c62828", "#1e88e5", "#2e7d32", "#ff7a1a"])
+        answer = compact_page(facts, facts.get("title", ""))
+    else:
+        answer = task["ground_truth"].strip()
+        if behaviour == "ask twice, miscopy":
+            answer = miscopy(answer, told, rng) or answer
+    episode.add_agent_turn(Scripted(f"{ANSWER_MARKER}\n{answer}", ""))
     return dict(episode.record(), behaviour=behaviour)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("tasks", help="training tasks JSONL (backend)")
+    parser.add_argument("tasks", help="training tasks JSONL (backend or frontend)")
     parser.add_argument("--out", required=True, help="trajectories JSONL to write")
     parser.add_argument("--samples", type=positive_int, default=1, help="dialogues per task")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for the behaviours, questions and slips")

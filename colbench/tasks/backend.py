@@ -1,6 +1,6 @@
 """The shipped backend (programming) tasks of ColBench, generated from small templates.
 
-    python -m colbench.tasks.backend              # rewrites colbench/tasks/backend_{train,test}.jsonl
+    python -m colbench.tasks.backend              # rewrites colbench/tasks/backend_{train,test,valid}.jsonl
     python -m colbench.tasks.backend --out DIR    # writes the two files into DIR instead
 
 The output is byte-identical on every run: each family draws from its own `random.Random`
@@ -38,6 +38,7 @@ from colbench.tasks import FOLDER
 SEED = 2503
 TRAIN_PER_FAMILY = 15      # tasks per shared family in the train file
 TEST_PER_SHARED = 2        # tasks per shared family in the test file
+VALID_PER_SHARED = 2       # tasks per shared family in the validation file (fewer where a family has no more)
 TEST_PER_TEST_ONLY = 4     # tasks per test-only family in the test file
 
 Variant = namedtuple("Variant", "description source facts tests")
@@ -1249,8 +1250,9 @@ def usable(variant):
     return len(outputs) == 10 and None not in outputs and any(o != outputs[0] for o in outputs)
 
 
-def draw_variants(fam, rng, count):
-    """`count` variants of one family with distinct references, each checked with `usable`."""
+def draw_variants(fam, rng, count, at_least=None):
+    """`count` variants of one family with distinct references, each checked with `usable`; fewer if the
+    family has no more, as long as there are `at_least` (default: all `count`)."""
     variants, seen = [], set()
     for _ in range(200 * count):
         variant = fam.make(rng)
@@ -1263,6 +1265,8 @@ def draw_variants(fam, rng, count):
         variants.append(variant)
         if len(variants) == count:
             return variants
+    if len(variants) >= (count if at_least is None else at_least):
+        return variants
     raise ValueError(f"{fam.name}: could not draw {count} distinct usable variants")
 
 
@@ -1276,33 +1280,37 @@ def to_task(fam, variant):
 
 
 def generate(seed=SEED):
-    """(train_tasks, test_tasks), each a list of task dicts in the official backend schema."""
-    train, test = [], []
+    """(train_tasks, test_tasks, valid_tasks), each a list of task dicts in the official backend schema. The
+    validation tasks are further draws of the training families, for choosing settings without the test
+    tasks; drawn after the others, so that adding them changed neither the train nor the test file."""
+    train, test, valid = [], [], []
     for fam in FAMILIES:
         rng = random.Random(f"{seed}:{fam.name}")
         n_train = 0 if fam.test_only else TRAIN_PER_FAMILY
         n_test = TEST_PER_TEST_ONLY if fam.test_only else TEST_PER_SHARED
-        variants = draw_variants(fam, rng, n_train + n_test)
+        n_valid = 0 if fam.test_only else VALID_PER_SHARED
+        variants = draw_variants(fam, rng, n_train + n_test + n_valid, at_least=n_train + n_test)
         train += [to_task(fam, v) for v in variants[:n_train]]
-        test += [to_task(fam, v) for v in variants[n_train:]]
+        test += [to_task(fam, v) for v in variants[n_train:n_train + n_test]]
+        valid += [to_task(fam, v) for v in variants[n_train + n_test:]]
     order = random.Random(f"{seed}:order")
     splits = []
-    for split, tasks in (("train", train), ("test", test)):
+    for split, tasks in (("train", train), ("test", test), ("valid", valid)):
         order.shuffle(tasks)
         splits.append([{"task_id": f"backend-{split}-{i:04d}", **task} for i, task in enumerate(tasks, 1)])
-    return splits[0], splits[1]
+    return splits
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=FOLDER,
-                        help="folder for backend_train.jsonl and backend_test.jsonl")
+                        help="folder for backend_train.jsonl, backend_test.jsonl and backend_valid.jsonl")
     parser.add_argument("--seed", type=int, default=SEED, help="seed of every random draw")
     args = parser.parse_args()
     print(f"args: {vars(args)}")
-    train, test = generate(args.seed)
+    train, test, valid = generate(args.seed)
     os.makedirs(args.out, exist_ok=True)
-    for name, tasks in (("backend_train.jsonl", train), ("backend_test.jsonl", test)):
+    for name, tasks in (("backend_train.jsonl", train), ("backend_test.jsonl", test), ("backend_valid.jsonl", valid)):
         path = os.path.join(args.out, name)
         write_jsonl(path, tasks)
         easy = sum(t["tier"] == "easy" for t in tasks)
