@@ -26,13 +26,13 @@ from colbench.env import ANSWER_MARKER
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
 
 # Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with hidden
-# constants), three agent turns, short replies. The SWEET-RL and critic settings were chosen on the
-# validation tasks (`--validate`; docs/RESULTS.md), never on the test tasks.
+# constants), three agent turns, short replies. β, the policy's learning rate and the trajectory score were
+# chosen on the validation tasks (`--validate`, 2026-11-24: docs/RESULTS.md), never on the test tasks.
 SETTINGS = dict(
     rl_tasks=45, samples=5, test_samples=7, validation_samples=10,
     max_turns=3, max_new_tokens=64, temperature=0.7, warm_lr=5e-5,
-    critic_epochs=1, critic_lr=1e-4, trajectory_score="turn-sum",
-    candidates=6, pairs_per_turn=2, policy_lr=5e-6, beta=1.0, nll_coef=1.0, lr_schedule="constant",
+    critic_epochs=1, critic_lr=1e-4, trajectory_score="token-mean",
+    candidates=6, pairs_per_turn=2, policy_lr=2e-5, beta=0.1, nll_coef=1.0, lr_schedule="constant",
     demo_fraction=0.07,        # of the offline tasks whose turn states the demo's SWEET-RL ranks: its time budget
     experiment_fraction=0.07,  # every trained agent of the experiment, on the same offline tasks (--fraction)
     judge_candidates=6,
@@ -138,7 +138,8 @@ def train_agent(run, s, agent, folder, fraction, critic=None, sampled=None):
         return
     run.stage(agent, "policy.py", run.path("train.scored.jsonl"), "--critic", critic,
               *(["--sampled", sampled] if sampled else []), "--candidates", str(s["candidates"]),
-              "--pairs-per-turn", str(s["pairs_per_turn"]), "--last-turn-twins", *sampling(s),
+              "--pairs-per-turn", str(s["pairs_per_turn"]), "--last-turn-twins", "--max-new-tokens",
+              str(s["max_new_tokens"]), "--temperature", str(s["temperature"]),
               "--sample-batch-size", str(s["batch_size"]), *common, done_when=os.path.join(folder, "config.json"))
 
 
@@ -355,9 +356,10 @@ def experiment(run, s):
     finish(exp, results, "sweet", "experiment")
 
 
-# The settings tried on the validation tasks, one at a time beside SETTINGS' own.
-VALIDATION = {"beta": [0.1], "nll_coef": [0.01], "policy_lr": [2e-5], "lr_schedule": ["cosine"],
-              "trajectory_score": ["token-mean"], "critic_epochs": [2], "demo_fraction": [0.2]}
+# The settings tried on the validation tasks, one at a time beside SETTINGS' own. (The first round, around
+# β 1, lr 5e-6 and turn-sum, chose the three values SETTINGS now has: docs/RESULTS.md.)
+VALIDATION = {"beta": [1.0], "nll_coef": [0.01], "policy_lr": [5e-6], "lr_schedule": ["cosine"],
+              "trajectory_score": ["turn-sum"], "critic_epochs": [2], "demo_fraction": [0.2]}
 CRITIC_SETTINGS = ("trajectory_score", "critic_epochs")  # these change the critic that ranks the candidates
 
 
