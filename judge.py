@@ -119,8 +119,9 @@ def main(args):
         tests = [[row["reward"] for row in group] for group in judged.values()]
         quality = ranking_quality(scores, tests, [group[0]["task_id"] for group in judged.values()])
         results[os.path.basename(os.path.normpath(critic_dir))] = quality
+        lo, hi = quality["difference_ci95"]
         print(f"{critic_dir}: critic's pick {quality['critic_pick']:.3f}, random pick {quality['random_pick']:.3f}, "
-              f"difference {quality['difference']:+.3f} {quality['difference_ci95']} over {quality['states']} states "
+              f"difference {quality['difference']:+.3f} [{lo:+.3f}, {hi:+.3f}] over {quality['states']} states "
               f"of {quality['tasks']} tasks", flush=True)
         del critic
     with open(os.path.join(args.out, "judge.json"), "w") as f:

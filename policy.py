@@ -32,7 +32,7 @@ from colbench.models import (DTYPES, SCHEDULES, EndpointChat, adamw, autocast, c
                              shared_prefix_logps, shares_prefix, tokenize_turns)
 from critic import load_critic, score_candidates
 
-RANDOM_CRITIC = "random"  # --critic random: scores drawn at random, a control for what the critic's ranking adds
+RANDOM_CRITIC = "random"  # --critic random: a random score per distinct reply, a control for what the ranking adds
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (evaluate.py's output)")
@@ -330,8 +330,9 @@ def rank(states, candidates, critic_dir, args, rng, dtype):
     scored, rows = [], []
     for state, replies in tqdm(list(zip(states, candidates)), desc="ranking", unit="state"):
         trajectory, turn, history = state
-        if critic is None:
-            scores = [draw.random() for _ in replies]
+        if critic is None:  # as a critic would, it gives the same reply the same score
+            drawn = {}
+            scores = [drawn.setdefault(reply, draw.random()) for reply in replies]
         else:
             scores = score_candidates(critic, trajectory["task"], history, replies)
         scored.append(dict(zip(("task_id", "sample_idx", "turn"), state_key(state)), candidates=replies, scores=scores))

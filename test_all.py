@@ -1773,13 +1773,17 @@ def test_policy_controls_rank_the_same_candidates_at_random_or_by_another_critic
     run_script("policy.py", scored_file, "--critic", critic_dir, *common, "--out", str(tmp_path / "sweet"))
     sampled = read_jsonl(tmp_path / "sweet" / "candidates.jsonl")
     assert len(sampled) == 6 and all(len(row["candidates"]) == len(row["scores"]) == 4 for row in sampled)
-    result = run_script("policy.py", scored_file, "--critic", "random", "--sampled",
-                        str(tmp_path / "sweet" / "candidates.jsonl"), *common, "--out", str(tmp_path / "random"))
+    sampled[0]["candidates"][1] = sampled[0]["candidates"][0] = "the same reply twice"
+    planted = write_jsonl(tmp_path / "planted.jsonl", sampled)
+    result = run_script("policy.py", scored_file, "--critic", "random", "--sampled", planted, *common,
+                        "--out", str(tmp_path / "random"))
     assert "done:" in result.stdout and "sampling" not in result.stderr  # nothing sampled: the same candidates
     control = read_jsonl(tmp_path / "random" / "candidates.jsonl")
     assert [row["candidates"] for row in control] == [row["candidates"] for row in sampled]
     assert [row["scores"] for row in control] != [row["scores"] for row in sampled]
     assert all(0 <= score < 1 for row in control for score in row["scores"])  # uniform random scores
+    assert control[0]["scores"][0] == control[0]["scores"][1]  # the same reply, the same score: never a pair
+    assert all(row["chosen"] != row["rejected"] for row in read_jsonl(tmp_path / "random" / "pairs.jsonl"))
     wrong = write_jsonl(tmp_path / "other.jsonl", sampled[1:])
     result = run_script("policy.py", scored_file, "--critic", "random", "--sampled", wrong, *common,
                         "--out", str(tmp_path / "p"), check=False)
