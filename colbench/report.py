@@ -115,13 +115,15 @@ def write_report(out, trajectories, advantage_rows=(), logs=(), max_dialogues=40
     shown = sorted(trajectories, key=lambda t: ((t["task_id"], t["sample_idx"], 0) not in advantages,
                                                 str(t["task_id"]), t["sample_idx"]))[:max_dialogues]
     rewards = [t["reward"] for t in trajectories if isinstance(t.get("reward"), (int, float))]
-    summary = (f"{len(trajectories)} dialogues, mean reward {sum(rewards) / len(rewards):.3f}, "
-               f"success {sum(bool(t.get('success')) for t in trajectories) / len(trajectories):.1%}"
-               if rewards else f"{len(trajectories)} dialogues (not scored)")
+    backend = all(task_kind(t["task"]) == "backend" for t in trajectories)  # a frontend page has no success
+    summary = (f"{len(trajectories)} dialogues, mean reward {sum(rewards) / len(rewards):.3f}"
+               + (f", success {sum(bool(t.get('success')) for t in trajectories) / len(trajectories):.1%}"
+                  if backend else "") if rewards else f"{len(trajectories)} dialogues (not scored)")
+    shading = (f"agent turns shaded by the critic's advantage (green = credited, red = blamed; strongest |A| = "
+               f"{scale:.4f})" if advantages else "no critic advantages given (--critic)")
     body = "".join(curves(path, label) for label, path in logs)
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>SWEET-RL run report</title><style>{STYLE}</style>"
-            f"</head><body><h1>SWEET-RL run report</h1><p>{summary}. Showing {len(shown)}; agent turns shaded by the "
-            f"critic's advantage (green = credited, red = blamed; strongest |A| = {scale:.4f}).</p>"
+            f"</head><body><h1>SWEET-RL run report</h1><p>{summary}. Showing {len(shown)}; {shading}.</p>"
             f"<h2>Training curves</h2>{body or '<p>(no training logs given)</p>'}<h2>Dialogues</h2>"
             + "".join(dialogue_html(t, advantages, scale, i < screenshots and task_kind(t["task"]) == "frontend")
                       for i, t in enumerate(shown)) + "</body></html>")
