@@ -319,7 +319,7 @@ def main(argv=None):
                  f"in {args.trajectories})")
 
     others = trajectories_or_fail(args.against) if args.against else []
-    image_score = f"clip:{args.clip}" if args.clip else frontend.StructuralSimilarity.name
+    image_score = frontend.image_score_name(args.clip)
     theirs = {r.get("image_score") for r in others if task_kind(r["task"]) == "frontend"} - {image_score}
     if by_kind["frontend"] and theirs:  # two rewards of different scores say nothing about each other
         fail(f"--against {args.against} was scored by {', '.join(map(str, sorted(theirs, key=str)))}, this file by "

@@ -2265,7 +2265,7 @@ def test_demo_table_pairs_agents_and_critics_on_the_same_dialogues_and_pairs(tmp
 def test_demo_keeps_warm_start_rl_validation_and_test_tasks_apart(tmp_path):
     from colbench.demo import SETTINGS, Run, split_tasks
     run = Run(str(tmp_path))
-    split_tasks(run, SETTINGS)
+    split_tasks(run, SETTINGS, "backend")
     files = {name: load_tasks(str(tmp_path / f"{name}_tasks.jsonl")) for name in ("warm", "valid", "train", "test")}
     solutions = {name: {t["ground_truth"] for t in tasks} for name, tasks in files.items()}
     assert all(not solutions[a] & solutions[b] for a in solutions for b in solutions if a < b)  # no task twice
@@ -2273,6 +2273,16 @@ def test_demo_keeps_warm_start_rl_validation_and_test_tasks_apart(tmp_path):
     assert {t["family"] for t in files["valid"]} == {t["family"] for t in files["warm"]}
     assert (len(files["warm"]), len(files["train"]), len(files["test"])) == (90, SETTINGS["rl_tasks"], 30)
     assert all(t["tier"] == "easy" for tasks in files.values() for t in tasks)
+
+
+def test_frontend_run_keeps_warm_start_rl_and_test_pages_apart(tmp_path):
+    from colbench.demo import FRONTEND, Run, split_tasks
+    split_tasks(Run(str(tmp_path)), FRONTEND, "frontend")
+    files = {name: load_tasks(str(tmp_path / f"{name}_tasks.jsonl")) for name in ("warm", "train", "test")}
+    pages = {name: {t["ground_truth"] for t in tasks} for name, tasks in files.items()}
+    assert all(not pages[a] & pages[b] for a in pages for b in pages if a < b)
+    assert (len(files["warm"]), len(files["train"]), len(files["test"])) == (60, 30, 40)
+    assert not (tmp_path / "valid_tasks.jsonl").exists()
 
 
 # ======================== 10. README.md and docs/: the map from the paper to the code, the departures

@@ -23,6 +23,7 @@ import time
 from colbench.cli import fraction
 from colbench.data import load_tasks, load_trajectories, write_jsonl
 from colbench.env import ANSWER_MARKER
+from colbench.frontend import task_outcomes
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
 
 # Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with hidden
@@ -78,21 +79,23 @@ class Run:
             json.dump(self.seconds, f, indent=1)
 
 
-def split_tasks(run, s):
-    """The task files of a run: the easy tier of the shipped tasks. Training tasks: every third for the RL
-    data (the warm start memorizes its tasks' constants, so RL data on them would not show what asking is
-    worth), the rest for the warm start. Validation: the easy tasks of backend_valid.jsonl, further draws of
-    the training families. Test: the easy test tasks."""
+def split_tasks(run, s, kind):
+    """The task files of a run: the shipped tasks of `kind` (backend: the easy tier). Training tasks: every
+    third for the RL data (the warm start memorizes its tasks' constants, so RL data on them would not show
+    what asking is worth), the rest for the warm start. Backend validation: the easy tasks of
+    backend_valid.jsonl, further draws of the training families. Test: all the test tasks."""
     if os.path.exists(run.path("test_tasks.jsonl")):  # written last: once it exists, all are there
         return
 
-    def easy(name):
-        return [t for t in load_tasks(f"colbench/tasks/backend_{name}.jsonl") if t.get("tier") == "easy"]
-    training = easy("train")
-    write_jsonl(run.path("warm_tasks.jsonl"), [t for i, t in enumerate(training) if i % 3])
+    def tasks(name):
+        found = load_tasks(f"colbench/tasks/{kind}_{name}.jsonl")
+        return [t for t in found if t.get("tier") == "easy"] if kind == "backend" else found
+    training = tasks("train")
+    write_jsonl(run.path("warm_tasks.jsonl"), [t for i, t in enumerate(training) if i % 3][: s.get("warm_tasks")])
     write_jsonl(run.path("train_tasks.jsonl"), [t for i, t in enumerate(training) if i % 3 == 0][: s["rl_tasks"]])
-    write_jsonl(run.path("valid_tasks.jsonl"), easy("valid"))
-    write_jsonl(run.path("test_tasks.jsonl"), easy("test"))
+    if kind == "backend":
+        write_jsonl(run.path("valid_tasks.jsonl"), tasks("valid"))
+    write_jsonl(run.path("test_tasks.jsonl"), tasks("test"))
 
 
 def sampling(s):
@@ -100,9 +103,9 @@ def sampling(s):
             "--temperature", str(s["temperature"])]
 
 
-def shared_steps(run, s, critics):
+def shared_steps(run, s, critics, kind="backend"):
     """The warm start, the offline data, and the critics: what every agent starts from."""
-    split_tasks(run, s)
+    split_tasks(run, s, kind)
     run.stage("warm start data", "-m", "colbench.warmstart", run.path("warm_tasks.jsonl"),
               "--out", run.path("warmstart.traj.jsonl"), done_when=run.path("warmstart.traj.jsonl"))
     run.stage("warm start", "baselines.py", run.path("warmstart.traj.jsonl"), "--method", "sft",
@@ -122,24 +125,22 @@ def train_critic(run, s, name, folder, flags=()):
     run.stage(name, "critic.py", run.path("train.scored.jsonl"), "--model", run.path("warm"), "--out", folder,
               "--epochs", str(s["critic_epochs"]), "--lr", str(s["critic_lr"]), "--trajectory-score",
               s["trajectory_score"], "--eval-fraction", "0.5", "--max-length", str(s.get("critic_max_length", 1024)),
-              *flags,
-              done_when=os.path.join(folder, "metrics.json"))
+              *flags, done_when=os.path.join(folder, "metrics.json"))
 
 
 def train_agent(run, s, agent, folder, fraction, critic=None, sampled=None):
     """One trained agent from `run`'s starting policy: a baseline (baselines.py), or SWEET-RL (policy.py) with
     `critic` (a folder, or 'random') ranking the candidates, sampled here or taken from `sampled`."""
-    common = ["--model", run.path("warm"), "--data-fraction", str(fraction), "--max-turns", str(s["max_turns"]),
-              "--lr", str(s["policy_lr"]), "--beta", str(s["beta"]), "--nll-coef", str(s["nll_coef"]),
-              "--lr-schedule", s["lr_schedule"], "--out", folder]
+    common = ["--model", run.path("warm"), "--data-fraction", str(fraction), "--lr", str(s["policy_lr"]),
+              "--beta", str(s["beta"]), "--nll-coef", str(s["nll_coef"]), "--lr-schedule", s["lr_schedule"],
+              "--out", folder]
     if agent in BASELINES:
-        run.stage(agent, "baselines.py", run.path("train.scored.jsonl"), "--method", agent, *common,
-                  done_when=os.path.join(folder, "config.json"))
+        run.stage(agent, "baselines.py", run.path("train.scored.jsonl"), "--method", agent, "--max-turns",
+                  str(s["max_turns"]), *common, done_when=os.path.join(folder, "config.json"))
         return
     run.stage(agent, "policy.py", run.path("train.scored.jsonl"), "--critic", critic,
               *(["--sampled", sampled] if sampled else []), "--candidates", str(s["candidates"]),
-              "--pairs-per-turn", str(s["pairs_per_turn"]), "--last-turn-twins", "--max-new-tokens",
-              str(s["max_new_tokens"]), "--temperature", str(s["temperature"]),
+              "--pairs-per-turn", str(s["pairs_per_turn"]), "--last-turn-twins", *sampling(s),
               "--sample-batch-size", str(s["batch_size"]), *common, done_when=os.path.join(folder, "config.json"))
 
 
@@ -410,12 +411,7 @@ def frontend_run(run, s):
     """The chain on frontend tasks: the warm start on scripted dialogues of training tasks, offline data on
     other training tasks, the critic with c (the reference page), SWEET-RL, and both agents on the test
     tasks: the mean image score, its paired difference, and the win rate of SWEET-RL over the start."""
-    if not os.path.exists(run.path("test_tasks.jsonl")):
-        training = load_tasks("colbench/tasks/frontend_train.jsonl")
-        write_jsonl(run.path("warm_tasks.jsonl"), [t for i, t in enumerate(training) if i % 3][: s["warm_tasks"]])
-        write_jsonl(run.path("train_tasks.jsonl"), [t for i, t in enumerate(training) if i % 3 == 0][: s["rl_tasks"]])
-        write_jsonl(run.path("test_tasks.jsonl"), load_tasks("colbench/tasks/frontend_test.jsonl"))
-    shared_steps(run, s, ["critic_with_c"])
+    shared_steps(run, s, ["critic_with_c"], kind="frontend")
     train_agent(run, s, "sweet", run.path("policy_sweet"), s["demo_fraction"], critic=run.path("critic_with_c"))
     agents = {"zero-shot": run.path("warm"), "sweet": run.path("policy_sweet")}
     for agent, policy in agents.items():
@@ -425,11 +421,12 @@ def frontend_run(run, s):
               done_when=run.path("report.html"))
     scores = {agent: {(t["task_id"], t["sample_idx"]): t["reward"]
                       for t in load_trajectories(run.path(f"test_{agent}.scored.jsonl"))} for agent in agents}
-    by_task = {}  # task -> SWEET-RL's win (1), tie (1/2) or loss (0) against the start, by mean score
-    for task_id in {task_id for task_id, _ in scores["sweet"]}:
-        mine, theirs = ([v for (t, _), v in scores[a].items() if t == task_id] for a in ("sweet", "zero-shot"))
-        mine, theirs = round(sum(mine) / len(mine), 6), round(sum(theirs) / len(theirs), 6)
-        by_task[task_id] = [1.0 if mine > theirs else 0.5 if mine == theirs else 0.0]
+    rewards = {agent: {} for agent in agents}  # {agent: {task: [reward, ...]}}
+    for agent, by_sample in scores.items():
+        for (task_id, _), reward in by_sample.items():
+            rewards[agent].setdefault(task_id, []).append(reward)
+    # task -> [SWEET-RL's win (1), tie (1/2) or loss (0) against the start, by mean score]
+    by_task = {t: [o] for t, o in task_outcomes(rewards["sweet"], rewards["zero-shot"]).items()}
     image_score = {t.get("image_score") for t in load_trajectories(run.path("test_sweet.scored.jsonl"))}
     results = {"image_score": sorted(image_score), "test_dialogues": {a: len(v) for a, v in scores.items()},
                "mean_score": {a: sum(v.values()) / len(v) for a, v in scores.items()},

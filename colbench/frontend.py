@@ -447,11 +447,16 @@ class StructuralSimilarity:
         return canvas
 
 
+def image_score_name(clip=None):
+    """What scores a page, as each scored line's `image_score` names it: 'clip:<checkpoint>', or 'ssim'."""
+    return f"clip:{clip}" if clip else StructuralSimilarity.name
+
+
 class ClipScorer:
     """Image embeddings of any CLIP checkpoint (a folder with the model and its image processor, or a hub id)."""
 
     def __init__(self, path_or_id=DEFAULT_CLIP, device=None):
-        self.name = f"clip:{path_or_id}"
+        self.name = image_score_name(path_or_id)
         import torch
         from transformers import CLIPImageProcessor, CLIPModel
 
@@ -499,20 +504,21 @@ def score_pages(scorer, pages, reference_pages):
     return scorer.similarity(screenshots, render_many(reference_pages, full_page=True))
 
 
-def win_rate(rewards, other_rewards):
-    """Win rate over the tasks both hold: {task_id: [reward, ...]} each; a higher mean wins, a tie counts 1/2.
-
-    Returns (rate or None when no task matches, wins, ties, losses)."""
-    wins = ties = losses = 0
+def task_outcomes(rewards, other_rewards):
+    """{task_id: 1 (a win), 0.5 (a tie) or 0 (a loss)} over the tasks both hold, by the mean of each side's
+    rewards ({task_id: [reward, ...]} each)."""
+    outcomes = {}
     for task_id in sorted(set(rewards) & set(other_rewards)):
         mine = round(sum(rewards[task_id]) / len(rewards[task_id]), 6)
         theirs = round(sum(other_rewards[task_id]) / len(other_rewards[task_id]), 6)
-        if mine > theirs:
-            wins += 1
-        elif mine == theirs:
-            ties += 1
-        else:
-            losses += 1
-    matched = wins + ties + losses
-    rate = (wins + 0.5 * ties) / matched if matched else None
-    return rate, wins, ties, losses
+        outcomes[task_id] = 1.0 if mine > theirs else 0.5 if mine == theirs else 0.0
+    return outcomes
+
+
+def win_rate(rewards, other_rewards):
+    """Win rate over the tasks both hold (task_outcomes: a higher mean wins, a tie counts 1/2).
+
+    Returns (rate or None when no task matches, wins, ties, losses)."""
+    outcomes = list(task_outcomes(rewards, other_rewards).values())
+    wins, ties, losses = (outcomes.count(value) for value in (1.0, 0.5, 0.0))
+    return (sum(outcomes) / len(outcomes) if outcomes else None), wins, ties, losses

@@ -1,7 +1,7 @@
 """The shipped backend (programming) tasks of ColBench, generated from small templates.
 
     python -m colbench.tasks.backend              # rewrites colbench/tasks/backend_{train,test,valid}.jsonl
-    python -m colbench.tasks.backend --out DIR    # writes the two files into DIR instead
+    python -m colbench.tasks.backend --out DIR    # writes the three files into DIR instead
 
 The output is byte-identical on every run: each family draws from its own `random.Random`
 seeded with `--seed` and the family's name, never from the clock.
