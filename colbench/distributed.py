@@ -6,10 +6,12 @@
 A plain `python critic.py ...` is process 0 of 1: `share` then yields every item with weight 1, `gather`
 returns its list, `wrap` returns the model, and nothing communicates. The stages never see a rank.
 """
+import atexit
 import contextlib
 import math
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -25,9 +27,20 @@ def init():
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        atexit.register(leave)
     if not is_main():  # only the first process prints progress and summaries
         sys.stdout = open(os.devnull, "w")
         os.environ["TQDM_DISABLE"] = "1"
+
+
+def leave():
+    """At exit: leave the process group. A gloo thread may still be freeing the tensors of the last collective,
+    which needs Python; once Python is shutting down, that aborts the process (SIGABRT, "terminate called without
+    an active exception": pytorch/pytorch#190489). destroy_process_group joins those threads, except where FSDP's
+    tensors keep the group alive: then a moment's sleep, with Python free, lets them finish."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+        time.sleep(0.1)
 
 
 def rank_and_world():
