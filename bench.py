@@ -15,7 +15,8 @@ time. Target: >= 4x.
 rollout_all_at_once: whole-process seconds of rollout.py on the 30 easy test tasks x 7 samples (3 turns,
 64-token replies, the demo's settings) with 64 dialogues live at once over the same with all 210 at once (the
 demo's --batch-size since 2026-11-24): a batch that shrinks as replies end spends its last steps on few rows,
-and a decoding step on few rows costs almost as much as on many (the weights are read either way).
+and a decoding step on few rows costs almost as much as on many (the weights are read either way). The embedded
+model unless --agent names another: `--agent runs/demo/warm` (after `make demo`) replies as the demo's rollouts do.
 
 prefix_no_logits (measured within critic_batching): critic training tokens/s with the shared beginning's
 forward pass asked for its last logits only (`shared_prefix_logps`: logits_to_keep=1) over the same pass
@@ -81,6 +82,9 @@ parser.add_argument("--quick", action="store_true",
 parser.add_argument("--only", action="append", choices=RATIOS,
                     help="run only this benchmark (repeatable; default: all)")
 parser.add_argument("--out", default=os.path.join("runs", "bench.json"), help="file the JSON line is written to")
+parser.add_argument("--agent", default=None,
+                    help="the model rollout_all_at_once samples with (default: the embedded model, untrained); "
+                         "runs/demo/warm, the demo's warm start, replies as the demo's rollouts do")
 
 # The official evaluator's way, in a few lines (run in a child process, so that even this baseline
 # keeps the generated code out of the benchmark's own process).
@@ -314,7 +318,7 @@ def bench_rollout_batching(dialogues=8, max_new_tokens=64):
     return round(batched / one_by_one, 2)
 
 
-def bench_rollout_all_at_once(tasks=30, samples=7, small_batch=64):
+def bench_rollout_all_at_once(tasks=30, samples=7, small_batch=64, agent=None):
     """Seconds of rollout.py on the easy test tasks, `small_batch` dialogues live at once over all of them."""
     seconds = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -325,13 +329,14 @@ def bench_rollout_all_at_once(tasks=30, samples=7, small_batch=64):
             start = time.monotonic()
             subprocess.run([sys.executable, os.path.join(HERE, "rollout.py"), task_file, "--samples", str(samples),
                             "--max-turns", "3", "--max-new-tokens", "64", "--temperature", "0.7", "--batch-size",
-                            str(batch), "--out", os.path.join(tmp, f"b{batch}.jsonl")],
+                            str(batch), "--out", os.path.join(tmp, f"b{batch}.jsonl"),
+                            *(["--agent", agent] if agent else [])],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             seconds[batch] = time.monotonic() - start
     ratio = seconds[small_batch] / seconds[tasks * samples]
-    print(f"rollout_all_at_once: {tasks} tasks x {samples}, rollout.py with {small_batch} dialogues at once "
-          f"{seconds[small_batch]:.1f} s, all {tasks * samples} at once {seconds[tasks * samples]:.1f} s "
-          f"-> {ratio:.2f}x")
+    print(f"rollout_all_at_once: {tasks} tasks x {samples}, agent {agent or 'embedded'}: rollout.py with "
+          f"{small_batch} dialogues at once {seconds[small_batch]:.1f} s, all {tasks * samples} at once "
+          f"{seconds[tasks * samples]:.1f} s -> {ratio:.2f}x")
     return round(ratio, 2)
 
 
@@ -577,7 +582,7 @@ def main(args):
           f"{EMBEDDED_GGUF.split('.')[-2]} weights in its own kernels; dpo_vs_trl: {precision} on both sides")
     benchmarks = {
         "rollout_batching": lambda: bench_rollout_batching(*((2, 8) if quick else ())),
-        "rollout_all_at_once": lambda: bench_rollout_all_at_once(*((2, 2, 2) if quick else ())),
+        "rollout_all_at_once": lambda: bench_rollout_all_at_once(*((2, 2, 2) if quick else (30, 7, 64)), args.agent),
         "rollout_vs_llamacpp": lambda: bench_rollout_vs_llamacpp(*((2, 1, 1, 16) if quick else ())),
         "critic_batching": lambda: bench_critic_batching(*((2, 2, 10) if quick else ())),
         "critic_peak_gb": lambda: bench_critic_peak_gb(*((256,) if quick else ())),
