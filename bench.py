@@ -582,7 +582,7 @@ def main(args):
           f"{EMBEDDED_GGUF.split('.')[-2]} weights in its own kernels; dpo_vs_trl: {precision} on both sides")
     benchmarks = {
         "rollout_batching": lambda: bench_rollout_batching(*((2, 8) if quick else ())),
-        "rollout_all_at_once": lambda: bench_rollout_all_at_once(*((2, 2, 2) if quick else (30, 7, 64)), args.agent),
+        "rollout_all_at_once": lambda: bench_rollout_all_at_once(*((2, 2, 2) if quick else ()), agent=args.agent),
         "rollout_vs_llamacpp": lambda: bench_rollout_vs_llamacpp(*((2, 1, 1, 16) if quick else ())),
         "critic_batching": lambda: bench_critic_batching(*((2, 2, 10) if quick else ())),
         "critic_peak_gb": lambda: bench_critic_peak_gb(*((256,) if quick else ())),

@@ -116,9 +116,13 @@ def write_report(out, trajectories, advantage_rows=(), logs=(), max_dialogues=40
                                                 str(t["task_id"]), t["sample_idx"]))[:max_dialogues]
     rewards = [t["reward"] for t in trajectories if isinstance(t.get("reward"), (int, float))]
     backend = all(task_kind(t["task"]) == "backend" for t in trajectories)  # a frontend page has no success
-    summary = (f"{len(trajectories)} dialogues, mean reward {sum(rewards) / len(rewards):.3f}"
-               + (f", success {sum(bool(t.get('success')) for t in trajectories) / len(trajectories):.1%}"
-                  if backend else "") if rewards else f"{len(trajectories)} dialogues (not scored)")
+    summary = f"{len(trajectories)} dialogues"
+    if not rewards:
+        summary += " (not scored)"
+    else:
+        summary += f", mean reward {sum(rewards) / len(rewards):.3f}"
+        if backend:
+            summary += f", success {sum(bool(t.get('success')) for t in trajectories) / len(trajectories):.1%}"
     shading = (f"agent turns shaded by the critic's advantage (green = credited, red = blamed; strongest |A| = "
                f"{scale:.4f})" if advantages else "no critic advantages given (--critic)")
     body = "".join(curves(path, label) for label, path in logs)
