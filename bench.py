@@ -18,6 +18,13 @@ demo's --batch-size since 2026-11-24): a batch that shrinks as replies end spend
 and a decoding step on few rows costs almost as much as on many (the weights are read either way). The embedded
 model unless --agent names another: `--agent runs/demo/warm` (after `make demo`) replies as the demo's rollouts do.
 
+sampling_in_place: seconds of one sampled agent turn for the 210 dialogues of the demo's test rollout (30 easy
+test tasks x 7, replies of at most 64 tokens, sample_shrinking_batch), the KV cache grown with torch.cat at
+every step (transformers' DynamicLayer) over the cache written into room reserved for it (ReservedLayer); both
+with glibc's default allocator settings. keep_freed_memory (measured within it): the cache written in place,
+with glibc's defaults over with freed memory kept in the process (models.keep_freed_memory, what load_model
+sets). The same tokens all three ways (the same seed, the same numbers).
+
 prefix_no_logits (measured within critic_batching): critic training tokens/s with the shared beginning's
 forward pass asked for its last logits only (`shared_prefix_logps`: logits_to_keep=1) over the same pass
 computing the LM head at every position of it, logits that are never used. The same numbers either way.
@@ -69,12 +76,13 @@ import time
 import requests
 import torch
 
-from colbench.models import (EMBEDDED_GGUF, autocast, compute_dtype, embedded_model_dir, load_model, token_logps,
-                             tokenize_turns)
+from colbench.models import (EMBEDDED_GGUF, autocast, chat_text, compute_dtype, embedded_model_dir, keep_freed_memory,
+                             load_model, sample_shrinking_batch, token_logps, tokenize_turns)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RATIOS = ("rollout_batching", "rollout_all_at_once", "rollout_vs_llamacpp", "critic_batching", "critic_peak_gb",
-          "prefix_scoring", "dpo_vs_trl", "eval_vs_inprocess")  # critic_batching also gives prefix_no_logits
+RATIOS = ("rollout_batching", "rollout_all_at_once", "sampling_in_place", "rollout_vs_llamacpp", "critic_batching",
+          "critic_peak_gb", "prefix_scoring", "dpo_vs_trl", "eval_vs_inprocess")
+# sampling_in_place also gives keep_freed_memory; critic_batching, prefix_no_logits
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--quick", action="store_true",
@@ -340,6 +348,34 @@ def bench_rollout_all_at_once(tasks=30, samples=7, small_batch=64, agent=None):
     return round(ratio, 2)
 
 
+def bench_sampling_in_place(tasks=30, samples=7, max_new_tokens=64):
+    """Seconds of one sampled turn for tasks x samples dialogues: the cache by torch.cat over in place (glibc's
+    defaults both), then in place with glibc's defaults over with freed memory kept."""
+    from colbench.env import Episode
+    model, tokenizer = load_model(None)
+    views = [Episode(task, sample, max_turns=3).agent_view() for task in easy_tasks(tasks) for sample in range(samples)]
+    prompt_ids = [tokenizer(chat_text(tokenizer, view, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+                  for view in views]
+    sample_shrinking_batch(model, prompt_ids[:2], 2, 0.7, tokenizer.eos_token_id)  # warm-up
+
+    def sampled(in_place, keep):
+        keep_freed_memory(keep)
+        torch.manual_seed(0)
+        start = time.perf_counter()
+        rows = sample_shrinking_batch(model, prompt_ids, max_new_tokens, 0.7, tokenizer.eos_token_id, in_place)
+        return time.perf_counter() - start, rows
+    concatenated_s, concatenated = sampled(in_place=False, keep=False)
+    in_place_s, in_place = sampled(in_place=True, keep=False)
+    kept_s, kept = sampled(in_place=True, keep=True)
+    assert concatenated == in_place == kept, "the same seed and the same numbers: the same tokens"
+    tokens = sum(len(row) for row in kept)
+    print(f"sampling_in_place: {len(views)} dialogues (~{sum(map(len, prompt_ids)) // len(views)}-token prompts), "
+          f"{tokens} tokens sampled: cache by torch.cat {concatenated_s:.1f} s, in place {in_place_s:.1f} s -> "
+          f"{concatenated_s / in_place_s:.2f}x; keep_freed_memory: glibc's defaults {in_place_s:.1f} s, freed memory "
+          f"kept {kept_s:.1f} s -> {in_place_s / kept_s:.2f}x")
+    return {"sampling_in_place": round(concatenated_s / in_place_s, 2), "keep_freed_memory": round(in_place_s / kept_s, 2)}
+
+
 def easy_tasks(count):
     """The first `count` easy-tier test tasks."""
     from colbench.data import load_tasks
@@ -583,6 +619,7 @@ def main(args):
     benchmarks = {
         "rollout_batching": lambda: bench_rollout_batching(*((2, 8) if quick else ())),
         "rollout_all_at_once": lambda: bench_rollout_all_at_once(*((2, 2, 2) if quick else ()), agent=args.agent),
+        "sampling_in_place": lambda: bench_sampling_in_place(*((2, 2, 8) if quick else ())),
         "rollout_vs_llamacpp": lambda: bench_rollout_vs_llamacpp(*((2, 1, 1, 16) if quick else ())),
         "critic_batching": lambda: bench_critic_batching(*((2, 2, 10) if quick else ())),
         "critic_peak_gb": lambda: bench_critic_peak_gb(*((256,) if quick else ())),

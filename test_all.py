@@ -13,8 +13,10 @@ import http.server
 import json
 import math
 import os
+import platform
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -35,8 +37,9 @@ from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_flo
                           positive_int, require_server)
 from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, LAST_TURN_NOTE, PROMPT_STYLES, TURN_BUDGET_NOTE, Episode, html_page
-from colbench.models import (EndpointChat, Reply, TargetLogSoftmax, chat_text, load_model, sample_plain,
-                             sample_shrinking_batch, sequence_logps, shared_prefix_logps, tokenize_turns)
+from colbench.models import (EndpointChat, ReservedLayer, Reply, TargetLogSoftmax, chat_text, keep_freed_memory,
+                             load_model, sample_plain, sample_shrinking_batch, sequence_logps, shared_prefix_logps,
+                             tokenize_turns)
 from colbench.render import render, render_many
 from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value
 from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
@@ -655,11 +658,44 @@ def test_shrinking_batch_sampling_gives_model_generate_tokens_under_greedy(tiny_
     lengths = [len(row) for row in plain]
     assert len(set(lengths)) >= 3 and 16 in lengths and min(lengths) < 16
     assert sample_shrinking_batch(model, prompt_ids, 16, 0, stop) == plain
+    assert sample_shrinking_batch(model, prompt_ids, 16, 0, stop, in_place=False) == plain  # the cache by torch.cat
     torch.manual_seed(1)
     sampled = sample_shrinking_batch(model, prompt_ids, 16, 1.0, stop)
     assert sampled != plain and all(len(row) == 16 or row.index(stop) == len(row) - 1 for row in sampled)
     assert sampled[1] != sampled[5]  # the twice-given prompt's two rows draw their own tokens
 
+
+
+def test_reserved_cache_layer_holds_what_transformers_layer_holds():
+    from transformers.cache_utils import DynamicLayer
+    torch.manual_seed(0)
+    grown = DynamicLayer()  # [batch, heads, positions, width]: a prefill of 5 positions, then 3 steps of one
+    grown.update(torch.randn(3, 2, 5, 4), torch.randn(3, 2, 5, 4))
+    reserved = ReservedLayer(grown, room=3)
+    for step in range(3):
+        if step == 1:  # a row finishes: both keep rows 2 and 0
+            grown.batch_select_indices(torch.tensor([2, 0]))
+            reserved.batch_select_indices(torch.tensor([2, 0]))
+        states = torch.randn(len(grown.keys), 2, 1, 4), torch.randn(len(grown.keys), 2, 1, 4)
+        for got, expected in zip(reserved.update(*states), grown.update(*states)):
+            assert torch.equal(got, expected)
+        assert reserved.get_seq_length() == grown.get_seq_length() == 6 + step
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_keep_freed_memory_maps_no_new_pages_for_a_block_like_one_just_freed():
+    def page_faults_of_a_block_after_one_freed():
+        torch.ones(2**25)  # 128 MiB, freed at once
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        torch.ones(2**25)  # every page written
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    try:
+        keep_freed_memory(False)
+        assert page_faults_of_a_block_after_one_freed() > 2**25 * 4 / 4096 / 2  # glibc's default: mapped anew
+        keep_freed_memory()
+        assert page_faults_of_a_block_after_one_freed() < 1000  # the freed block serves again
+    finally:
+        keep_freed_memory()  # as load_model leaves it
 
 # ======================== 4. evaluate.py and the sandbox: the real script on hostile and honest programs
 
