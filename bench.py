@@ -23,7 +23,7 @@ test tasks x 7, replies of at most 64 tokens, sample_shrinking_batch), the KV ca
 every step (transformers' DynamicLayer) over the cache written into room reserved for it (ReservedLayer); both
 with glibc's default allocator settings. keep_freed_memory (measured within it): the cache written in place,
 with glibc's defaults over with freed memory kept in the process (models.keep_freed_memory, what load_model
-sets). The same tokens all three ways (the same seed, the same numbers).
+sets). The same tokens all three ways (the same seed, the same numbers). Target: >= 1x each.
 
 prefix_no_logits (measured within critic_batching): critic training tokens/s with the shared beginning's
 forward pass asked for its last logits only (`shared_prefix_logps`: logits_to_keep=1) over the same pass
@@ -352,7 +352,7 @@ def bench_sampling_in_place(tasks=30, samples=7, max_new_tokens=64):
     """Seconds of one sampled turn for tasks x samples dialogues: the cache by torch.cat over in place (glibc's
     defaults both), then in place with glibc's defaults over with freed memory kept."""
     from colbench.env import Episode
-    model, tokenizer = load_model(None)
+    model, tokenizer = load_model(None, dtype=compute_dtype("auto")[0])  # as rollout.py's agent
     views = [Episode(task, sample, max_turns=3).agent_view() for task in easy_tasks(tasks) for sample in range(samples)]
     prompt_ids = [tokenizer(chat_text(tokenizer, view, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
                   for view in views]
