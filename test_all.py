@@ -665,7 +665,6 @@ def test_shrinking_batch_sampling_gives_model_generate_tokens_under_greedy(tiny_
     assert sampled[1] != sampled[5]  # the twice-given prompt's two rows draw their own tokens
 
 
-
 def test_reserved_cache_layer_holds_what_transformers_layer_holds():
     from transformers.cache_utils import DynamicLayer
     torch.manual_seed(0)
@@ -696,6 +695,7 @@ def test_keep_freed_memory_maps_no_new_pages_for_a_block_like_one_just_freed():
         assert page_faults_of_a_block_after_one_freed() < 1000  # the freed block serves again
     finally:
         keep_freed_memory()  # as load_model leaves it
+
 
 # ======================== 4. evaluate.py and the sandbox: the real script on hostile and honest programs
 
