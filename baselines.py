@@ -6,8 +6,8 @@
 mt-dpo, Multi-Turn DPO: two trajectories of one task paired by reward (critic.py's pairing rule), their
 log-probs summed over all agent turns, trained with policy.py's loss (Eq. 4) and loop. rft, Rejection
 Fine-Tuning: the NLL of the agent turns of the successful trajectories. sft: the same on every trajectory,
-scored or not (the demo's warm start on scripted dialogues, colbench/warmstart.py). Each agent turn is
-scored under the prompt the agent saw at that turn (--prompt and --max-turns as in the rollouts). Writes
+scored or not (the demo's warm start on scripted dialogues, colbench/warmstart.py). The agent turns are
+scored under the prompt the agent saw, with the turn budget each trajectory records. Writes
 pairs.jsonl (mt-dpo, TRL's preference format) or sft.jsonl (TRL's prompt-completion format), args.json,
 log.jsonl and the checkpoint, which `rollout.py --agent` runs.
 """
@@ -23,11 +23,10 @@ from colbench import distributed
 from colbench.cli import (fail, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                           trajectories_or_fail)
 from colbench.data import default_output, succeeded, task_subset, write_jsonl
-from colbench.env import PROMPT_STYLES, agent_messages
-from colbench.models import (DTYPES, SCHEDULES, compute_dtype, describe_dtype, load_model, plain_messages,
-                             shares_prefix, tokenize_turns)
+from colbench.env import agent_messages, turn_budget
+from colbench.models import DTYPES, SCHEDULES, compute_dtype, describe_dtype, load_model, plain_messages, shares_prefix
 from critic import PAIRINGS, preference_pairs
-from policy import completion_logps, reference_logps, save, train
+from policy import completion_logps, reference_logps, save, tokenize_completion, train
 
 METHODS = ("mt-dpo", "rft", "sft")
 
@@ -38,9 +37,6 @@ parser.add_argument("--out", help="policy folder to write (default runs/<stem>.<
 parser.add_argument("--model", default="embedded", help="policy to start from: model folder, hub id, or 'embedded'")
 parser.add_argument("--data-fraction", type=fraction, default=1.0,
                     help="use the trajectories of this random fraction of the tasks (as policy.py, same --seed)")
-parser.add_argument("--max-turns", type=positive_int, default=10, help="the turn budget of the rollouts (--max-turns)")
-parser.add_argument("--prompt", default="default", choices=PROMPT_STYLES,
-                    help="the rollouts' prompt style (rollout.py --prompt): each turn is scored as the agent saw it")
 parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0,
                     help="mt-dpo: paired rewards differ by at least this (0: any difference)")
 parser.add_argument("--pairing", default="all", choices=PAIRINGS,
@@ -62,18 +58,18 @@ scale.add_argument("--fsdp", action="store_true",
                    help="under torchrun: shard weights, gradients and AdamW states across the processes (FSDP2)")
 
 
-def trajectory_prompt_completion(trajectory, args):
+def trajectory_prompt_completion(trajectory):
     """The agent's first prompt (system + problem), and the rest of the dialogue as the completion."""
     dialogue = plain_messages(trajectory["dialogue_history"])
-    return agent_messages(trajectory["task"], dialogue[:1], args.max_turns, args.prompt), dialogue[1:]
+    return agent_messages(trajectory["task"], dialogue[:1], turn_budget(trajectory)), dialogue[1:]
 
 
 def mt_dpo_pairs(trajectories, args):
     """Multi-Turn DPO's pairs: whole trajectories of a task paired by reward, as rows in TRL's format."""
     rows = []
     for chosen, rejected in preference_pairs(trajectories, args.min_reward_gap, args.pairing):
-        prompt, chosen_completion = trajectory_prompt_completion(chosen, args)
-        _, rejected_completion = trajectory_prompt_completion(rejected, args)
+        prompt, chosen_completion = trajectory_prompt_completion(chosen)
+        _, rejected_completion = trajectory_prompt_completion(rejected)
         rows.append({"task_id": chosen["task_id"], "chosen_sample_idx": chosen["sample_idx"],
                      "rejected_sample_idx": rejected["sample_idx"], "prompt": prompt,
                      "chosen": chosen_completion, "rejected": rejected_completion,
@@ -81,33 +77,17 @@ def mt_dpo_pairs(trajectories, args):
     return rows
 
 
-def sft_rows(trajectories, args):
+def sft_rows(trajectories, method):
     """The agent turns of each trajectory as a completion (rft: of the successful ones only)."""
     return [{"task_id": t["task_id"], "sample_idx": t["sample_idx"],
-             **dict(zip(("prompt", "completion"), trajectory_prompt_completion(t, args)))}
-            for t in trajectories if args.method == "sft" or succeeded(t)]
+             **dict(zip(("prompt", "completion"), trajectory_prompt_completion(t)))}
+            for t in trajectories if method == "sft" or succeeded(t)]
 
 
-def agent_turn_sequences(tokenizer, trajectory, args):
-    """[(ids, spans)] that score every agent turn of a trajectory under the prompt the agent saw at that
-    turn: one sequence for each run of turns that saw the same system prompt, the turns that follow
-    it belonging to later sequences. Default style: a dialogue that reached --max-turns gives two, its
-    last turn having seen a last-turn note; otherwise one."""
-    dialogue = plain_messages(trajectory["dialogue_history"])
-    runs = []  # (the messages through the run's last turn, how many agent turns the run holds)
-    for i, turn in enumerate(dialogue):
-        if turn["role"] != "assistant":
-            continue
-        messages = agent_messages(trajectory["task"], dialogue[:i], args.max_turns, args.prompt) + [turn]
-        if runs and runs[-1][0][0] == messages[0]:
-            runs[-1] = (messages, runs[-1][1] + 1)
-        else:
-            runs.append((messages, 1))
-    sequences = []
-    for messages, turns in runs:
-        ids, spans = tokenize_turns(tokenizer, messages)
-        sequences.append((ids, spans[-turns:]))
-    return sequences
+def agent_turn_sequences(tokenizer, trajectory):
+    """[(ids, spans)]: the whole dialogue as one sequence under the prompt the agent saw (the same at every
+    turn), the spans of its agent turns scored."""
+    return [tokenize_completion(tokenizer, *trajectory_prompt_completion(trajectory))]
 
 
 def nll_loss(model, example, args):
@@ -132,7 +112,7 @@ def main(args):
             fail(f"no pairs: no two trajectories of a task differ in reward by at least {args.min_reward_gap} "
                  f"under --pairing {args.pairing}")
     else:
-        rows = sft_rows(trajectories, args)
+        rows = sft_rows(trajectories, args.method)
         print(f"{len(rows)} {'successful ' if args.method == 'rft' else ''}trajectories of {len(trajectories)} "
               "to fine-tune on")
         if not rows:
@@ -153,12 +133,12 @@ def main(args):
     by_key = {(t["task_id"], t["sample_idx"]): t for t in trajectories}
     started = time.time()
     if args.method == "mt-dpo":  # each side: its trajectory's agent turns, under the prompts the agent saw
-        examples = [{side: agent_turn_sequences(tokenizer, by_key[row["task_id"], row[f"{side}_sample_idx"]], args)
+        examples = [{side: agent_turn_sequences(tokenizer, by_key[row["task_id"], row[f"{side}_sample_idx"]])
                      for side in ("chosen", "rejected")} for row in rows]
         reference_logps(model, examples, dtype, shares_prefix(args))  # π_ref: the policy before training
         history = train(trained, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), dtype)
     else:
-        examples = [{"completion": agent_turn_sequences(tokenizer, by_key[row["task_id"], row["sample_idx"]], args)}
+        examples = [{"completion": agent_turn_sequences(tokenizer, by_key[row["task_id"], row["sample_idx"]])}
                     for row in rows]
         history = train(trained, examples, args, random.Random(args.seed), os.path.join(out, "log.jsonl"), dtype,
                         example_loss=nll_loss)

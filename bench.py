@@ -225,21 +225,21 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
     reference_model, _ = load_model(None)
     critic = Critic(model, reference_model, tokenizer)
     first_reply = history + [{"role": "assistant", "content": replies[0]}]
-    length = len(tokenize_turns(tokenizer, critic_messages(task, first_reply))[0])
+    length = len(tokenize_turns(tokenizer, critic_messages(task, first_reply, 3))[0])
 
     @torch.no_grad()
     def full_sequences(replies):
         """The same advantages from whole sequences, each encoding the history again."""
-        encoded = [tokenize_turns(tokenizer, critic_messages(task, history + [{"role": "assistant", "content": reply}]))
+        encoded = [tokenize_turns(tokenizer, critic_messages(task, history + [{"role": "assistant", "content": reply}], 3))
                    for reply in replies]
         critic_logps = sequence_logps(model, [ids for ids, _ in encoded])
         reference_logps = sequence_logps(reference_model, [ids for ids, _ in encoded])
         return [turn_advantages(c, r, spans[-1:]).item()
                 for c, r, (_, spans) in zip(critic_logps, reference_logps, encoded)]
 
-    score_candidates(critic, task, history, replies[:2])  # warm-up for both ways
+    score_candidates(critic, task, history, 3, replies[:2])  # warm-up for both ways
     shared = []
-    shared_s = timed(lambda: shared.extend(score_candidates(critic, task, history, replies)))
+    shared_s = timed(lambda: shared.extend(score_candidates(critic, task, history, 3, replies)))
     # Whole sequences go 4 to a forward pass; the 4 passes cost the same, so one is timed and counted 4 times.
     full = []
     full_s = timed(lambda: full.extend(full_sequences(replies[:4]))) * candidates / 4
@@ -474,7 +474,7 @@ def critic_views(tokenizer, tasks, samples, turn_tokens, rng):
                         {"role": "assistant", "content": words(turn_tokens, rng) + "?"},
                         {"role": "user", "content": words(turn_tokens // 2, rng)},
                         {"role": "assistant", "content": "I WANT TO ANSWER: " + words(turn_tokens, rng)}]
-            views[-1].append(tokenize_turns(tokenizer, critic_messages(task, dialogue)))
+            views[-1].append(tokenize_turns(tokenizer, critic_messages(task, dialogue, 3)))
     return views
 
 
@@ -541,7 +541,7 @@ def dialogue_of_length(tokenizer, task, length, rng):
     for _ in range(2):
         dialogue += [{"role": "assistant", "content": words(30, rng) + "?"},
                      {"role": "user", "content": words(20, rng)}]
-    so_far = len(tokenize_turns(tokenizer, critic_messages(task, dialogue + [{"role": "assistant", "content": ""}]))[0])
+    so_far = len(tokenize_turns(tokenizer, critic_messages(task, dialogue + [{"role": "assistant", "content": ""}], 3))[0])
     filler = tokenizer(words(2 * length, rng), add_special_tokens=False)["input_ids"][: max(1, length - so_far)]
     return dialogue + [{"role": "assistant", "content": tokenizer.decode(filler)}]
 
@@ -575,7 +575,7 @@ def bench_critic_peak_gb(length=1024):
     rng = random.Random(0)
     records = [{"task_id": task["task_id"], "sample_idx": i, "task": task, "reward": 1.0 - i,
                 "dialogue_history": dialogue_of_length(tokenizer, task, length, rng), "answer": ""} for i in range(2)]
-    lengths = [len(tokenize_turns(tokenizer, critic_messages(task, r["dialogue_history"]))[0]) for r in records]
+    lengths = [len(tokenize_turns(tokenizer, critic_messages(task, r["dialogue_history"], 3))[0]) for r in records]
     dtype, why = compute_dtype("auto")
     print(f"critic_peak_gb: critic.py, 1 pair of {' and '.join(map(str, lengths))} tokens, "
           f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'} ({why})")

@@ -4,7 +4,8 @@
 
 Reads scored trajectories (evaluate.py's output, or an official ColBench offline file with rewards). Two
 trajectories of one task whose rewards differ make a pair. The critic is a causal LM that reads c (the
-task's reference solution, never shown to the agent) and then the dialogue. Its advantage for an agent
+task's reference solution, never shown to the agent) and then what the agent saw: its prompt, which states
+the turn budget the trajectory was played under, and the dialogue. Its advantage for an agent
 turn is the mean log-ratio of the turn's tokens against its own frozen initial weights π_ref (Eq. 3);
 training ranks the two trajectories of each pair by their summed advantages (Eq. 2). Writes the critic
 folder: the checkpoint, args.json, log.jsonl (a line per step), metrics.json (held-out pair accuracy)
@@ -27,7 +28,7 @@ from colbench import distributed
 from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
                           positive_int, trajectories_or_fail)
 from colbench.data import default_output, succeeded, task_kind, write_jsonl
-from colbench.env import agent_messages
+from colbench.env import agent_messages, turn_budget
 from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype, load_model,
                              resolve_model, sequence_logps, shared_prefix_logps, shares_prefix, tokenize_turns)
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
@@ -75,23 +76,23 @@ SOLUTION_HEADER = "Reference solution (shown to you, never to the assistant):\n"
 
 # ---------------------------------------------------------------- the critic's view of a dialogue
 
-def critic_messages(task, dialogue, use_solution=True):
-    """The critic's prompt: one system message holding the solution c (when `use_solution`)
-    followed by the agent's system prompt, then the dialogue turns."""
-    messages = agent_messages(task, dialogue)
+def critic_messages(task, dialogue, max_turns, use_solution=True):
+    """What the agent saw (its system prompt, the budget of `max_turns` turns included, then the dialogue),
+    with the solution c put before the system prompt when `use_solution`."""
+    messages = agent_messages(task, dialogue, max_turns)
     if use_solution:
         c = SOLUTION_HEADER + task["ground_truth"].strip() + "\n\n"
         messages[0] = {"role": "system", "content": c + messages[0]["content"]}
     return messages
 
 
-def fit_to_length(tokenizer, task, dialogue, use_solution, max_length):
+def fit_to_length(tokenizer, task, dialogue, max_turns, use_solution, max_length):
     """(ids, agent-turn spans, agent turns dropped, what was cut or '') of the critic's view, cut to
     `max_length` tokens: the oldest exchanges (an agent turn and the human's reply to it) go first. The
     problem and c always stay; a dialogue still too long with one agent turn left is kept whole."""
     dropped = 0
     while True:
-        ids, spans = tokenize_turns(tokenizer, critic_messages(task, dialogue, use_solution))
+        ids, spans = tokenize_turns(tokenizer, critic_messages(task, dialogue, max_turns, use_solution))
         agent_turns = [i for i, turn in enumerate(dialogue) if turn["role"] == "assistant"]
         if len(ids) <= max_length or len(agent_turns) < 2:
             cuts = [f"dropped the oldest {dropped} agent turn(s)"] if dropped else []
@@ -112,7 +113,8 @@ def encode(tokenizer, trajectories, use_solution, max_length):
     [start, end) token spans of the agent turns, and the number of the first turn kept."""
     views, cut = {}, 0
     for t in trajectories:
-        ids, spans, dropped, note = fit_to_length(tokenizer, t["task"], t["dialogue_history"], use_solution, max_length)
+        ids, spans, dropped, note = fit_to_length(tokenizer, t["task"], t["dialogue_history"], turn_budget(t),
+                                                  use_solution, max_length)
         views[key(t)] = {"ids": ids, "spans": spans, "first_turn": dropped}
         if note:
             cut += 1
@@ -364,14 +366,16 @@ def load_critic(critic_dir, device=None, dtype=torch.float32):
 
 
 @torch.no_grad()
-def score_candidates(critic, task, history, candidates):
-    """A(o_t, a, c) of each candidate reply a to the dialogue `history` (ending with a user turn).
+def score_candidates(critic, task, history, max_turns, candidates):
+    """A(o_t, a, c) of each candidate reply a to the dialogue `history` (ending with a user turn), played
+    under a budget of `max_turns`.
     The shared prefix is encoded once by the critic and once by π_ref; its KV cache serves all
     candidates in one batch. Equals scoring each full sequence on its own, up to float rounding."""
     if not candidates:
         return []
     encoded = [tokenize_turns(critic.tokenizer, critic_messages(
-        task, history + [{"role": "assistant", "content": reply}], critic.use_solution)) for reply in candidates]
+        task, history + [{"role": "assistant", "content": reply}], max_turns, critic.use_solution))
+        for reply in candidates]
     sequences = [ids for ids, _ in encoded]
     reply_start = min(spans[-1][0] for _, spans in encoded)
     with autocast(critic.model.device, critic.dtype):

@@ -21,7 +21,7 @@ import torch
 
 from colbench.cli import at_least, fail, non_negative_float, non_negative_int, positive_int, trajectories_or_fail
 from colbench.data import load_trajectories, write_jsonl
-from colbench.env import ANSWER_MARKER, agent_messages, extract_answer
+from colbench.env import ANSWER_MARKER, agent_messages, extract_answer, turn_budget
 from colbench.models import DTYPES, chat_text, compute_dtype, describe_dtype, load_model
 from colbench.stats import bootstrap_mean_ci, spearman
 from critic import load_critic, score_candidates
@@ -35,7 +35,6 @@ parser.add_argument("--out", required=True, help="folder for the candidates and 
 parser.add_argument("--candidates", type=at_least(2), default=8,
                     help="replies sampled per turn state (2 at least: a ranking needs two)")
 parser.add_argument("--max-states", type=positive_int, default=1000, help="turn states sampled at most")
-parser.add_argument("--max-turns", type=positive_int, default=3, help="the rollouts' turn budget")
 parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens per sampled reply at most")
 parser.add_argument("--temperature", type=non_negative_float, default=0.7, help="sampling temperature")
 parser.add_argument("--sample-batch-size", type=positive_int, default=16, help="sequences per batched generate call")
@@ -82,7 +81,7 @@ def main(args):
     states = [s for s in turn_states(trajectories) if s[0]["task_id"] in held_out]
     states = rng.sample(states, min(args.max_states, len(states)))
     model, tokenizer = load_model(args.model, dtype=dtype)
-    prompts = [chat_text(tokenizer, agent_messages(t["task"], history, args.max_turns), add_generation_prompt=True)
+    prompts = [chat_text(tokenizer, agent_messages(t["task"], history, turn_budget(t)), add_generation_prompt=True)
                for t, _, history in states]
     sampled = sample_candidates(model, tokenizer, prompts, args.candidates, args)
     del model
@@ -91,7 +90,7 @@ def main(args):
     rows = []
     for s, ((trajectory, turn, history), replies) in enumerate(zip(states, sampled)):
         for k, reply in enumerate(replies):
-            if ANSWER_MARKER in reply or turn == args.max_turns - 1:
+            if ANSWER_MARKER in reply or turn == turn_budget(trajectory) - 1:
                 rows.append({"task_id": trajectory["task_id"], "sample_idx": s * args.candidates + k,
                              "state": s, "task": trajectory["task"],
                              "answer": extract_answer(trajectory["task"], reply),
@@ -113,7 +112,7 @@ def main(args):
         fail("no held-out state has answers that the tests tell apart: sample more (--max-states, --candidates)")
     for critic_dir in args.critic:
         critic = load_critic(critic_dir, dtype=dtype)
-        scores = [score_candidates(critic, group[0]["task"], states[s][2],
+        scores = [score_candidates(critic, group[0]["task"], states[s][2], turn_budget(states[s][0]),
                                    [row["dialogue_history"][-1]["content"] for row in group])
                   for s, group in judged.items()]
         tests = [[row["reward"] for row in group] for group in judged.values()]

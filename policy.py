@@ -25,8 +25,8 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.cli import (at_least, fail, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                           require_server, server_url, trajectories_or_fail)
-from colbench.data import DataError, default_output, read_jsonl, task_kind, task_subset, write_jsonl
-from colbench.env import ANSWER_MARKER, PROMPT_STYLES, agent_messages, html_page
+from colbench.data import DataError, default_output, read_jsonl, task_subset, write_jsonl
+from colbench.env import agent_messages, turn_budget
 from colbench.models import (DTYPES, SCHEDULES, EndpointChat, adamw, autocast, chat_text, compute_dtype,
                              describe_dtype, generate, load_model, plain_messages, sequence_logps,
                              shared_prefix_logps, shares_prefix, tokenize_turns)
@@ -43,15 +43,10 @@ parser.add_argument("--model", default="embedded", help="policy to start from: m
 parser.add_argument("--candidates", type=at_least(2), default=16,
                     help="replies sampled per turn state (N; 2 at least: a top and a bottom half)")
 parser.add_argument("--pairs-per-turn", type=positive_int, default=4, help="preference pairs drawn per turn state")
-parser.add_argument("--last-turn-twins", action="store_true",
-                    help="also train each question-over-answer pair reversed, as at a last turn")
 parser.add_argument("--data-fraction", type=fraction, default=1.0,
                     help="use the trajectories of this random fraction of the tasks (as baselines.py, same --seed)")
 parser.add_argument("--sampled", help="candidates.jsonl of an earlier run on the same data: rank its candidates "
                                       "instead of sampling (the controls: the same candidates, another ranking)")
-parser.add_argument("--max-turns", type=positive_int, default=10, help="the turn budget of the rollouts (--max-turns)")
-parser.add_argument("--prompt", default="default", choices=PROMPT_STYLES,
-                    help="the rollouts' prompt style (rollout.py --prompt): each state is shown as the agent saw it")
 parser.add_argument("--max-new-tokens", type=positive_int, default=256, help="tokens per sampled reply at most")
 parser.add_argument("--temperature", type=non_negative_float, default=1.0, help="the candidates' sampling temperature")
 parser.add_argument("--beta", type=positive_float, default=0.1, help="DPO temperature β' (Eq. 4)")
@@ -122,53 +117,23 @@ def sample_from_server(url, conversations, args):
 # --- the SWEET-RL part: rank the candidates, pair top half with bottom half (§4.3), DPO + NLL (Eq. 4)
 
 def top_bottom_pairs(scores, pairs_per_turn, rng):
-    """(chosen, rejected) indices: a random candidate of the top half against one of the bottom half, by
-    `scores` (numbers, or anything that sorts: see ranking_keys).
-
-    Distinct pairs, at most pairs_per_turn; with an odd count the median candidate sits out."""
+    """(chosen, rejected) indices: a random candidate of the top half against one of the bottom half, by the
+    critic's `scores`. Distinct pairs, at most pairs_per_turn; with an odd count the median candidate sits out."""
     order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
     half = len(order) // 2
     crossing = [(c, r) for c in order[:half] for r in order[len(order) - half:] if scores[c] > scores[r]]
     return rng.sample(crossing, min(pairs_per_turn, len(crossing)))
 
 
-def ranking_keys(task, scores, replies, last_turn):
-    """What a state's candidates are ranked by: the critic's scores, except at a dialogue's last turn, where
-    a reply that holds no answer (backend: no ANSWER_MARKER; frontend: no page) ranks below every reply
-    that does. The last reply is the answer whatever it says, so a question there fails for certain; the
-    critic does not see the turn budget and cannot know it (a departure from the paper)."""
-    if not last_turn:
-        return scores
-    return [(holds_answer(task, reply), score) for reply, score in zip(replies, scores)]
-
-
-def holds_answer(task, reply):
-    return html_page(reply) is not None if task_kind(task) == "frontend" else ANSWER_MARKER in reply
-
-
-def pair_row(trajectory, turn, prompt, replies, scores, chosen, rejected):
-    """One line of pairs.jsonl (TRL's format): replies[chosen] over replies[rejected] after `prompt`."""
-    return {"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"], "turn": turn, "prompt": prompt,
-            "chosen": [{"role": "assistant", "content": replies[chosen]}],
-            "rejected": [{"role": "assistant", "content": replies[rejected]}],
-            "chosen_score": scores[chosen], "rejected_score": scores[rejected]}
-
-
-def state_pairs(trajectory, turn, history, replies, scores, args, rng):
-    """pairs.jsonl rows of one turn state: its candidate `replies`, ranked by the critic's `scores`.
-    --last-turn-twins: a pair that the last-turn rule would reverse (a question over an answer) is also
-    trained reversed, under the prompt of a dialogue whose budget ends at this turn."""
-    task = trajectory["task"]
-    last_turn = turn == args.max_turns - 1
-    as_last_turn = ranking_keys(task, scores, replies, last_turn=True)
-    rows = []
-    for c, r in top_bottom_pairs(ranking_keys(task, scores, replies, last_turn), args.pairs_per_turn, rng):
-        rows.append(pair_row(trajectory, turn, agent_messages(task, history, args.max_turns, args.prompt),
-                             replies, scores, c, r))
-        if args.last_turn_twins and not last_turn and as_last_turn[r] > as_last_turn[c]:
-            rows.append(pair_row(trajectory, turn, agent_messages(task, history, turn + 1, args.prompt),
-                                 replies, scores, r, c))
-    return rows
+def state_pairs(trajectory, turn, history, replies, scores, pairs_per_turn, rng):
+    """pairs.jsonl rows (TRL's preference format) of one turn state: its candidate `replies`, ranked by the
+    critic's `scores`, under the prompt the agent saw there."""
+    prompt = agent_messages(trajectory["task"], history, turn_budget(trajectory))
+    return [{"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"], "turn": turn, "prompt": prompt,
+             "chosen": [{"role": "assistant", "content": replies[c]}],
+             "rejected": [{"role": "assistant", "content": replies[r]}],
+             "chosen_score": scores[c], "rejected_score": scores[r]}
+            for c, r in top_bottom_pairs(scores, pairs_per_turn, rng)]
 
 
 def dpo_nll_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
@@ -289,7 +254,7 @@ def train(model, examples, args, rng, log_path, dtype=torch.float32, example_los
 
 def sample(states, args):
     """Phase 1: --candidates replies at each state, from the starting policy (here, or on --sampler)."""
-    conversations = [agent_messages(t["task"], history, args.max_turns, args.prompt) for t, _, history in states]
+    conversations = [agent_messages(t["task"], history, turn_budget(t)) for t, _, history in states]
     if args.sampler:
         return sample_from_server(args.sampler, conversations, args)
     model, tokenizer = load_model(args.model, dtype=compute_dtype(args.dtype)[0])
@@ -334,9 +299,9 @@ def rank(states, candidates, critic_dir, args, rng, dtype):
             drawn = {}
             scores = [drawn.setdefault(reply, draw.random()) for reply in replies]
         else:
-            scores = score_candidates(critic, trajectory["task"], history, replies)
+            scores = score_candidates(critic, trajectory["task"], history, turn_budget(trajectory), replies)
         scored.append(dict(zip(("task_id", "sample_idx", "turn"), state_key(state)), candidates=replies, scores=scores))
-        rows += state_pairs(trajectory, turn, history, replies, scores, args, rng)
+        rows += state_pairs(trajectory, turn, history, replies, scores, args.pairs_per_turn, rng)
     del critic
     gc.collect()
     return scored, rows

@@ -24,17 +24,18 @@ from colbench.cli import fraction
 from colbench.data import load_tasks, load_trajectories, write_jsonl
 from colbench.env import ANSWER_MARKER
 from colbench.frontend import task_outcomes
+from colbench.simulators import facts_told, hidden_facts
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
 
 # Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with hidden
 # constants), three agent turns, short replies. β, the policy's learning rate and the trajectory score were
 # chosen on the validation tasks (`--validate`, 2026-11-24: docs/RESULTS.md), never on the test tasks.
 SETTINGS = dict(
-    rl_tasks=45, samples=5, test_samples=7, validation_samples=10,
+    warm_samples=2, rl_tasks=45, samples=5, test_samples=7, validation_samples=10,
     max_turns=3, max_new_tokens=64, temperature=0.7, warm_lr=5e-5,
     critic_epochs=1, critic_lr=1e-4, trajectory_score="token-mean",
     candidates=6, pairs_per_turn=2, policy_lr=2e-5, beta=0.1, nll_coef=1.0, lr_schedule="constant",
-    demo_fraction=0.07,        # of the offline tasks whose turn states the demo's SWEET-RL ranks: its time budget
+    demo_fraction=0.2,         # of the offline tasks whose turn states the demo's SWEET-RL ranks: its time budget
     experiment_fraction=0.07,  # every trained agent of the experiment, on the same offline tasks (--fraction)
     judge_candidates=6,
     batch_size=256)            # dialogues per batched rollout step, sequences per sampling call: all at once
@@ -43,13 +44,18 @@ SETTINGS = dict(
 SWEET_VARIANTS = {"sweet": "critic_with_c", "sweet-random-critic": "random",
                   "sweet-no-solution": "critic_no_solution", "sweet-no-normalize": "critic_no_normalize"}
 BASELINES = ("mt-dpo", "rft")
-NAMES = {"zero-shot": "starting policy (warm start)", "sweet": "SWEET-RL", "mt-dpo": "Multi-Turn DPO",
+# The reference scripts (colbench/scripted.py), played on the test tasks beside the agents: oracle coders, so
+# their success is the share of dialogues that drew every hidden fact.
+SCRIPTS = {"script-fixed": "scripted:fixed", "script-by-subject": "scripted:by-subject"}
+NAMES = {"script-fixed": "script: one general request, repeated", "script-by-subject":
+         "script: asks for each fact by its subject", "zero-shot": "starting policy (warm start)", "sweet": "SWEET-RL",
+         "mt-dpo": "Multi-Turn DPO",
          "rft": "Rejection Fine-Tuning", "sweet-random-critic": "SWEET-RL, candidates ranked at random",
          "sweet-no-solution": "SWEET-RL, critic without c", "sweet-no-normalize": "SWEET-RL, critic w/o normalization"}
 CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"]}
 # The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the SSIM of the
 # screenshots. Pages are longer than functions: fewer dialogues, longer replies, a longer critic view.
-FRONTEND = dict(SETTINGS, warm_tasks=60, rl_tasks=30, samples=4, test_samples=3, max_new_tokens=384,
+FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, rl_tasks=30, samples=4, test_samples=3, max_new_tokens=384,
                 critic_max_length=2048, demo_fraction=0.25, candidates=4, batch_size=128)
 
 
@@ -99,20 +105,21 @@ def split_tasks(run, s, kind):
 
 
 def sampling(s):
-    return ["--max-turns", str(s["max_turns"]), "--max-new-tokens", str(s["max_new_tokens"]),
-            "--temperature", str(s["temperature"])]
+    """How replies are sampled: in the rollouts, for policy.py's candidates and for the judge's."""
+    return ["--max-new-tokens", str(s["max_new_tokens"]), "--temperature", str(s["temperature"])]
 
 
 def shared_steps(run, s, critics, kind="backend"):
     """The warm start, the offline data, and the critics: what every agent starts from."""
     split_tasks(run, s, kind)
-    run.stage("warm start data", "-m", "colbench.warmstart", run.path("warm_tasks.jsonl"),
-              "--out", run.path("warmstart.traj.jsonl"), done_when=run.path("warmstart.traj.jsonl"))
+    run.stage("warm start data", "-m", "colbench.warmstart", run.path("warm_tasks.jsonl"), "--samples",
+              str(s["warm_samples"]), "--max-turns", str(s["max_turns"]), "--out", run.path("warmstart.traj.jsonl"),
+              done_when=run.path("warmstart.traj.jsonl"))
     run.stage("warm start", "baselines.py", run.path("warmstart.traj.jsonl"), "--method", "sft",
-              "--lr", str(s["warm_lr"]), "--max-turns", str(s["max_turns"]), "--out", run.path("warm"),
-              done_when=run.path("warm", "config.json"))
+              "--lr", str(s["warm_lr"]), "--out", run.path("warm"), done_when=run.path("warm", "config.json"))
     run.stage("offline rollouts", "rollout.py", run.path("train_tasks.jsonl"), "--agent", run.path("warm"),
-              "--samples", str(s["samples"]), *sampling(s), "--batch-size", str(s["batch_size"]),
+              "--samples", str(s["samples"]), "--max-turns", str(s["max_turns"]), *sampling(s),
+              "--batch-size", str(s["batch_size"]),
               "--out", run.path("train.traj.jsonl"), done_when=run.path("train.scored.jsonl"))
     run.stage("offline scoring", "evaluate.py", run.path("train.traj.jsonl"), "--out", run.path("train.scored.jsonl"),
               "--summary-json", run.path("train.summary.json"), done_when=run.path("train.scored.jsonl"))
@@ -135,18 +142,19 @@ def train_agent(run, s, agent, folder, fraction, critic=None, sampled=None):
               "--beta", str(s["beta"]), "--nll-coef", str(s["nll_coef"]), "--lr-schedule", s["lr_schedule"],
               "--out", folder]
     if agent in BASELINES:
-        run.stage(agent, "baselines.py", run.path("train.scored.jsonl"), "--method", agent, "--max-turns",
-                  str(s["max_turns"]), *common, done_when=os.path.join(folder, "config.json"))
+        run.stage(agent, "baselines.py", run.path("train.scored.jsonl"), "--method", agent, *common,
+                  done_when=os.path.join(folder, "config.json"))
         return
     run.stage(agent, "policy.py", run.path("train.scored.jsonl"), "--critic", critic,
               *(["--sampled", sampled] if sampled else []), "--candidates", str(s["candidates"]),
-              "--pairs-per-turn", str(s["pairs_per_turn"]), "--last-turn-twins", *sampling(s),
+              "--pairs-per-turn", str(s["pairs_per_turn"]), *sampling(s),
               "--sample-batch-size", str(s["batch_size"]), *common, done_when=os.path.join(folder, "config.json"))
 
 
 def play(run, s, agent, policy, tasks, samples, name):
     """`policy` on the held-out `tasks`, scored: name.scored.jsonl and name.summary.json."""
-    run.stage(f"{name} rollouts", "rollout.py", tasks, "--agent", policy, "--samples", str(samples), *sampling(s),
+    run.stage(f"{name} rollouts", "rollout.py", tasks, "--agent", policy, "--samples", str(samples),
+              "--max-turns", str(s["max_turns"]), *sampling(s),
               "--batch-size", str(s["batch_size"]), "--out", run.path(f"{name}.traj.jsonl"),
               done_when=run.path(f"{name}.summary.json"))
     run.stage(f"{name} scoring", "evaluate.py", run.path(f"{name}.traj.jsonl"), "--out",
@@ -190,7 +198,28 @@ def agents_table(run, agents, tasks_file, versus):
             "success_rate_test_only_families": {a: rate(a, set(tasks) - seen) for a in agents},
             "tests_passed": {a: json.load(open(path.replace(".scored.jsonl", ".summary.json")))["mean_tests_passed_pct"]
                              / 100 for a, path in agents.items()},
-            f"vs_{versus}": {a: paired_difference(played[a], played[versus]) for a in agents if a != versus}}
+            f"vs_{versus}": {a: paired_difference(played[a], played[versus]) for a in agents if a != versus},
+            "asking": {a: asking(path) for a, path in agents.items()}}
+
+
+def asking(path):
+    """How an agent asked in a scored file: its distinct questions (a question: an agent turn the human
+    answered), the share of questions that drew a fact not told before, mean agent turns, and the share of
+    dialogues that drew every hidden fact."""
+    questions, drew, turns, everything = [], 0, [], 0
+    trajectories = load_trajectories(path)
+    for t in trajectories:
+        dialogue, told = t["dialogue_history"], []
+        for i, turn in enumerate(dialogue[:-1]):
+            if turn["role"] == "assistant":
+                questions.append(turn["content"].strip())
+                now = facts_told(t["task"], dialogue[:i + 2])
+                drew, told = drew + (len(now) > len(told)), now
+        turns.append(sum(turn["role"] == "assistant" for turn in dialogue))
+        everything += len(told) == len(hidden_facts(t["task"]))
+    return {"distinct_questions": len(set(questions)), "questions": len(questions),
+            "new_fact_share": drew / max(1, len(questions)), "mean_turns": sum(turns) / len(turns),
+            "every_fact_told": everything / len(trajectories)}
 
 
 # The held-out pairs by what sets their two dialogues apart, to see where c helps: a critic without c can
@@ -263,7 +292,13 @@ def table(r, versus):
         lines.append(f"| {NAMES[a]} | {r['test_dialogues'][a]} | {pct(r['tests_passed'][a])} | "
                      f"{pct(r['success_rate'][a])} | {pct(r['success_rate_trained_families'][a])} | "
                      f"{pct(r['success_rate_test_only_families'][a])} | {difference} |")
-    lines.append("\n(differences: the same tasks and sample indices for both agents, bootstrap over tasks)")
+    lines.append("\n(differences: the same tasks and sample indices for both agents, bootstrap over tasks; the "
+                 "scripts write the reference code once told every fact, so their success is their asking alone)")
+    lines += ["", "| agent | every fact told % | questions | distinct questions | questions that drew a new fact % "
+                  "| mean agent turns |", "|---|---|---|---|---|---|"]
+    for a, k in r["asking"].items():
+        lines.append(f"| {NAMES[a]} | {pct(k['every_fact_told'])} | {k['questions']} | {k['distinct_questions']} | "
+                     f"{pct(k['new_fact_share'])} | {k['mean_turns']:.2f} |")
     if "critic" in r:
         names = {"critic_with_c": "with the reference solution c", "critic_no_solution": "without c (ablation)",
                  "critic_no_normalize": "without normalization (ablation)"}
@@ -300,13 +335,13 @@ def minutes(seconds):
             + ", ".join(f"{name} {s:.0f} s" for name, s in seconds.items()) + ")")
 
 
-def finish(run, results, versus, label):
+def finish(run, results, versus, label, examples=""):
     results["stage_seconds"] = run.seconds
     with open(run.path("results.json"), "w") as f:
         json.dump(results, f, indent=1)
     text = table(results, versus)
     with open(run.path("results.md"), "w") as f:
-        f.write(text + "\n")
+        f.write(text + "\n\n" + examples + "\n")
     print(f"\n{label} finished; everything is in {run.folder}/\n\n{text}")
 
 
@@ -315,13 +350,29 @@ def finish(run, results, versus, label):
 def demo(run, s):
     shared_steps(run, s, ["critic_with_c", "critic_no_solution"])
     train_agent(run, s, "sweet", run.path("policy_sweet"), s["demo_fraction"], critic=run.path("critic_with_c"))
-    agents = {"zero-shot": run.path("warm"), "sweet": run.path("policy_sweet")}
+    agents = {**SCRIPTS, "zero-shot": run.path("warm"), "sweet": run.path("policy_sweet")}
     for agent, policy in agents.items():
         play(run, s, agent, policy, run.path("test_tasks.jsonl"), s["test_samples"], f"test_{agent}")
     results = agents_table(run, {a: run.path(f"test_{a}.scored.jsonl") for a in agents}, run.path("test_tasks.jsonl"),
                            "zero-shot")
     results.update(critics_table(run, ["critic_with_c", "critic_no_solution"]), settings=s)
-    finish(run, results, "zero-shot", "demo")
+    finish(run, results, "zero-shot", "demo", dialogues(run, ["zero-shot", "sweet"]))
+
+
+def dialogues(run, agents, tasks=6):
+    """A few held-out dialogues of each agent, as Markdown: the first sample of every fifth test task."""
+    chosen = [t["task_id"] for t in load_tasks(run.path("test_tasks.jsonl"))][::5][:tasks]
+    lines = ["## Held-out dialogues (sample 0 of every fifth test task)"]
+    for agent in agents:
+        played = {t["task_id"]: t for t in load_trajectories(run.path(f"test_{agent}.scored.jsonl"))
+                  if t["sample_idx"] == 0}
+        lines += ["", f"### {NAMES[agent]}"]
+        for task_id in chosen:
+            t = played[task_id]
+            lines += ["", f"**{task_id}** ({t['task'].get('family', '')}), success {t['success']}:"]
+            lines += [f"- {'agent' if turn['role'] == 'assistant' else 'human'}: "
+                      + " ".join(turn["content"].split())[:300] for turn in t["dialogue_history"]]
+    return "\n".join(lines)
 
 
 def experiment(run, s):
@@ -341,7 +392,7 @@ def experiment(run, s):
         train_agent(run, s, agent, folders[agent], data_fraction, critic=critic_dir, sampled=sampled)
     for agent in BASELINES:
         train_agent(run, s, agent, folders[agent], data_fraction)
-    agents = {"zero-shot": run.path("test_zero-shot.scored.jsonl")}
+    agents = {a: run.path(f"test_{a}.scored.jsonl") for a in [*SCRIPTS, "zero-shot"]}
     for agent, folder in folders.items():
         tested = run if folder == run.path("policy_sweet") else exp
         play(tested, s, agent, folder, run.path("test_tasks.jsonl"), s["test_samples"], f"test_{agent}")

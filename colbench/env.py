@@ -30,25 +30,23 @@ SYSTEM_PROMPTS = {
         "reply with " + ANSWER_MARKER + " followed by the final page."
     ),
 }
-# How the agent learns of its turn budget (rollout.py --prompt): 'default' adds LAST_TURN_NOTE to the
-# system prompt of its last turn only; 'official', as the official ColBench agent prompt does, states
-# the budget up front, the same prompt at every turn.
-PROMPT_STYLES = ("default", "official")
-LAST_TURN_NOTE = " This is your last turn: reply with " + ANSWER_MARKER + " and your final answer now."
+# The agent learns of its turn budget up front, as from the official ColBench agent prompt; the critic
+# (critic.py) reads the same prompt, so what the budget makes of a turn is there for it to learn.
 TURN_BUDGET_NOTE = (" You have at most {max_turns} turns with them; whatever you reply at the last one is "
                     "taken as your final answer.")
+OFFICIAL_MAX_TURNS = 10  # the budget of trajectories that do not record theirs (the official offline files)
 
 
-def agent_messages(task, dialogue, max_turns=None, style="default"):
-    """The messages the agent sees at the turn that follows `dialogue`: its system prompt in `style`
-    (PROMPT_STYLES) for a budget of `max_turns`, then the dialogue. Without `max_turns`, the system
-    prompt alone, with no word of the budget (the critic's view)."""
-    system = SYSTEM_PROMPTS[task_kind(task)]
-    if max_turns and style == "official":
-        system += TURN_BUDGET_NOTE.format(max_turns=max_turns)
-    elif max_turns and sum(turn["role"] == "assistant" for turn in dialogue) == max_turns - 1:
-        system += LAST_TURN_NOTE
+def agent_messages(task, dialogue, max_turns):
+    """The messages the agent sees at the turn that follows `dialogue`: its system prompt, which states
+    the budget of `max_turns` agent turns, then the dialogue."""
+    system = SYSTEM_PROMPTS[task_kind(task)] + TURN_BUDGET_NOTE.format(max_turns=max_turns)
     return [{"role": "system", "content": system}] + plain_messages(dialogue)
+
+
+def turn_budget(trajectory):
+    """The turn budget a trajectory was played under (rollout.py records it)."""
+    return trajectory.get("max_turns", OFFICIAL_MAX_TURNS)
 
 
 # From an opening <html> (or <!DOCTYPE html>) to its </html>, or to the end of a reply cut short.
@@ -73,8 +71,8 @@ def extract_answer(task, text, last_page=None):
 class Episode:
     """One dialogue between the agent and the simulated human about one task."""
 
-    def __init__(self, task, sample_idx, max_turns, prompt_style="default"):
-        self.task, self.sample_idx, self.max_turns, self.prompt_style = task, sample_idx, max_turns, prompt_style
+    def __init__(self, task, sample_idx, max_turns):
+        self.task, self.sample_idx, self.max_turns = task, sample_idx, max_turns
         self.dialogue = [{"role": "user", "content": task["problem_description"]}]
         self.agent_turns = 0
         self.answer = None
@@ -86,7 +84,7 @@ class Episode:
         return self.answer is not None
 
     def agent_view(self):
-        return agent_messages(self.task, self.dialogue, self.max_turns, self.prompt_style)
+        return agent_messages(self.task, self.dialogue, self.max_turns)
 
     def add_agent_turn(self, reply):
         """Record the agent's reply (`reply.prompt` is the exact prompt it saw); True when it ends the dialogue."""
@@ -106,4 +104,4 @@ class Episode:
         """The trajectory line (schema in README.md)."""
         return {"task_id": self.task["task_id"], "sample_idx": self.sample_idx, "task": self.task,
                 "dialogue_history": self.dialogue, "answer": self.answer,
-                "answered_with_marker": self.answered_with_marker}
+                "answered_with_marker": self.answered_with_marker, "max_turns": self.max_turns}

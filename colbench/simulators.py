@@ -1,10 +1,12 @@
 """The simulated human who holds the hidden information of a task.
 
 `--simulator embedded` (default): offline and deterministic. It answers from the task's
-`hidden_facts` (or facts read off the reference code when a task has none): the facts that share
-the most words with the agent's message, at most two sentences; a plain request for details
-gets the next fact not yet told; anything else gets "I don't know". It never shows code.
-Facts tie-broken: the best-matching ones (at most two), those not yet told first.
+`hidden_facts` (or facts read off the reference code when a task has none) what it is asked, and no
+more, as the official human answers only from its hidden information: one fact per question, the one
+whose subject the question names. A fact's subject is its words less those every fact of the task
+shares (the thing the function computes) and less words that ask for nothing in particular, so "any
+other details?" gets "I don't know", and a question naming two facts equally is asked to name one.
+It never shows code.
 `--simulator URL`: an OpenAI-compatible chat server; `--simulator MODEL`: a local Hugging Face
 model. Both play the human from a prompt holding the reference solution, at temperature 0.
 Frontend tasks (an HTML reference; colbench/frontend.py): the embedded human compares the
@@ -25,23 +27,66 @@ from colbench.render import render_many
 MAX_REPLY_CHARS = 400
 REPLY_LIMITS = {"backend": (MAX_REPLY_CHARS, 128), "frontend": (frontend.MAX_REPLY_CHARS, 256)}  # (chars, tokens)
 DONT_KNOW = "I don't know, I haven't thought about that."
+ONE_AT_A_TIME = "You are asking about several things at once; ask me about one of them."
 
-# Words that carry no meaning for matching a question to a fact.
-STOPWORDS = set("""a an the is are was were be been do does did should would could can will shall may
-what which who whom how when where why if then than that this these those it its of to in on for
-with by at from as and or but not no yes you your i me my we our us they them their there here
-please thanks thank any some more about into over under just also so such function python code
-write return returns value values""".split())
-# A message made of these asks for details in general: the next untold fact answers it.
-DETAIL_WORDS = {"detail", "details", "requirement", "requirements", "specific", "specifics", "clarify",
-                "information", "info", "rule", "rules", "tell", "explain", "know", "need", "else", "other"}
+# Words that name no subject: they never match a question to a fact.
+STOPWORDS = set("""a an the is are was were be been being do does did should would could can will shall may
+might must what which who whom whose how when where why if then than that this these those it its of to in on
+for with by at from as and or but not no yes you your i me my we our us they them their there here please
+thanks thank any some more about into over under just also so such function python code write return value
+detail requirement specific specifics clarify information info rule tell explain know need else other
+particular additional further exact exactly number numbers constraint preference want like share give provide
+help mind thing anything everything something question questions input output result calculation formula
+handle case edge let ok okay sure right correct same kind sort type use used work one every each all
+per much many has have had plus get go make""".split())
+# Words to bring to one form, beyond what stem() does.
+SYNONYMS = {"percentage": "percent", "min": "minimum", "max": "maximum", "cap": "maximum", "capped": "maximum",
+            "rounded": "round", "rounding": "round", "kg": "kilogram", "km": "kilometre", "liter": "litre",
+            "liters": "litre", "milliliter": "millilitre", "milliliters": "millilitre"}
+
+
+def stem(word):
+    """A crude stem: the plural and -ed/-ing endings dropped, so 'decimals' and 'decimal' match."""
+    word = SYNONYMS.get(word, word)
+    for ending in ("ing", "ed", "s"):
+        if len(word) > len(ending) + 2 and word.endswith(ending) and not word.endswith("ss"):
+            return SYNONYMS.get(word[:-len(ending)], word[:-len(ending)])
+    return word
 
 
 def words(text):
-    """Lower-cased content words, crudely stemmed (plural s dropped)."""
+    """The stems of a text's words that can name a subject (numbers included)."""
     found = re.findall(r"[a-z][a-z0-9]*|\d+(?:\.\d+)?", text.lower().replace("_", " "))
-    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
-            for w in found if w not in STOPWORDS}
+    return {stem(w) for w in found if w not in STOPWORDS} - STOPWORDS
+
+
+def subjects(facts):
+    """Each fact's subject: its words less those that every fact shares (when there are two or more)."""
+    shared = set.intersection(*map(words, facts)) if len(facts) > 1 else set()
+    return [words(fact) - shared for fact in facts]
+
+
+def answer_from_facts(facts, question):
+    """The embedded human's reply to `question`: the one fact whose subject shares the most words with it;
+    DONT_KNOW when none shares any, ONE_AT_A_TIME when several share as many."""
+    asked = words(question)
+    overlaps = [len(asked & subject) for subject in subjects(facts)]
+    best = max(overlaps, default=0)
+    if best == 0:
+        return DONT_KNOW
+    matching = [fact for fact, overlap in zip(facts, overlaps) if overlap == best]
+    return matching[0] if len(matching) == 1 else ONE_AT_A_TIME
+
+
+def hidden_facts(task):
+    """The facts the embedded human knows: the task's `hidden_facts`, or facts read off its reference code."""
+    return task.get("hidden_facts") or facts_from_code(task["ground_truth"])
+
+
+def facts_told(task, dialogue):
+    """The hidden facts that the human's replies in `dialogue` told, in the order of the task's facts."""
+    told = " ".join(turn["content"] for turn in dialogue[1:] if turn["role"] == "user")
+    return [fact for fact in hidden_facts(task) if fact in told]
 
 
 def facts_from_code(source):
@@ -70,7 +115,7 @@ def facts_from_code(source):
 
 
 class EmbeddedSimulator:
-    """Answers from the hidden facts by word overlap; deterministic, offline, instant."""
+    """Answers one hidden fact per question, the one the question names; deterministic, offline, instant."""
     name = "embedded"
 
     def respond(self, episodes):
@@ -82,16 +127,7 @@ class EmbeddedSimulator:
     def reply(self, task, dialogue):
         if task_kind(task) == "frontend":
             return frontend.embedded_reply(task, dialogue)
-        facts = task.get("hidden_facts") or facts_from_code(task["ground_truth"])
-        told = " ".join(turn["content"] for turn in dialogue if turn["role"] == "user")
-        asked = words(dialogue[-1]["content"])
-        scored = sorted(((len(asked & words(fact)), fact not in told, -i, fact) for i, fact in enumerate(facts)),
-                        reverse=True)
-        best = scored[0][0] if scored else 0
-        chosen = [fact for overlap, untold, _, fact in scored if overlap == best > 0][:2]
-        if not chosen and asked & DETAIL_WORDS:
-            chosen = [fact for fact in facts if fact not in told][:1] or facts[:1]
-        return (" ".join(chosen) or DONT_KNOW)[:MAX_REPLY_CHARS]
+        return answer_from_facts(hidden_facts(task), dialogue[-1]["content"])[:MAX_REPLY_CHARS]
 
 
 HUMAN_PROMPT = """You are a person who asked an assistant to write a Python function for you. You know exactly \

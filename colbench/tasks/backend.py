@@ -17,8 +17,9 @@ a returned tuple) and returns a `Variant`:
   tests        the arguments of the ten unit tests, chosen to exercise the hidden details
 
 Tiers (the `FAMILIES` registry at the bottom lists every family with its tier):
-  easy    one line of arithmetic with one or two hidden constants, one or two numeric
-          arguments; sized so that SmolLM2-135M can sometimes solve it once told the facts
+  easy    one line of arithmetic with the family's hidden numbers, one or two numeric arguments,
+          and a twist drawn per task (rounding, a minimum, a maximum or a flat fee) that the
+          description hints at; two facts, sized for SmolLM2-135M and a three-turn budget
   medium  conditionals, thresholds, caps, string clean-up and formatting
   hard    lists and dicts, sorting and tie-breaking, tuple order, several interacting rules
 Families marked test-only never appear in the train file, so the test set also measures
@@ -86,176 +87,173 @@ def money_amounts(rng, count, low, high):
     return [round(rng.uniform(low, high), 2) for _ in range(count)]
 
 
-# ---------------------------------------------------------------- easy: one-line arithmetic
+# ---------------------------------------------------------------- easy: one line of arithmetic, and a twist
+
+# An easy task has two hidden details, one fact each: the family's own numbers (the same kind of fact in every
+# task of the family), and a twist drawn per task from the kinds the family allows. The description hints at
+# the twist in words that name it, never with its number. The embedded human tells one fact per question, the
+# one the question names (colbench/simulators.py): a request for "more details" gets nothing, so what to ask
+# depends on the family and on the task's description.
+TWIST_HINTS = {
+    "round": ["I want it rounded my way.", "Rounding matters to me here.", "Please do the rounding the way I like."],
+    "minimum": ["There is a minimum I always stick to.", "It should never go below my minimum.",
+                "Keep my minimum in mind."],
+    "maximum": ["There is a maximum I never go over.", "It should never go above my maximum.",
+                "Keep my maximum in mind."],
+    "fee": ["There is a flat fee as well.", "Don't forget the flat fee I add.", "A fee goes on top of it too."],
+}
+MONEY_TWISTS = ("round", "minimum", "maximum", "fee")
+
+
+def nice(x):
+    """A number a person would pick near x: whole from 10 up, else a multiple of 0.5."""
+    return tidy(round(x)) if abs(x) >= 10 else tidy(round(2 * x) / 2)
+
+
+def easy(rng, name, params, expression, request, noun, unit, main_fact, inputs, twists):
+    """A Variant of `name(params)` returning `expression` (a Python expression of the parameters) with a twist
+    drawn from `twists`; the twist's number is picked from the outputs of `expression` on the ten `inputs`,
+    so that it changes three of them at least. None when no draw does (the caller draws again)."""
+    twist = rng.choice(twists)
+    plain = [eval(expression, {}, dict(zip(params, args))) for args in inputs]  # our own expression
+    if twist == "round":
+        digits = rng.choice([0, 1, 2])
+        line, changed = f"round({expression}, {digits})", [round(x, digits) for x in plain]
+        fact = (f"Round the {noun} to a whole number." if digits == 0 else
+                f"Round the {noun} to {plural(digits, 'decimal place')}.")
+    elif twist == "minimum":
+        low = nice(sorted(plain)[rng.randint(3, 5)])
+        line, changed = f"max({expression}, {low!r})", [max(x, low) for x in plain]
+        fact = f"The {noun} has a minimum of {num(low)} {unit}: never less."
+    elif twist == "maximum":
+        high = nice(sorted(plain)[rng.randint(4, 6)])
+        line, changed = f"min({expression}, {high!r})", [min(x, high) for x in plain]
+        fact = f"The {noun} has a maximum of {num(high)} {unit}: never more."
+    else:
+        fee = rng.choice([1, 1.5, 2, 2.5, 3, 4, 5])
+        line, changed = f"{expression} + {fee!r}", [x + fee for x in plain]
+        fact = f"A flat fee of {dollars(fee)} is added to the {noun}."
+    if sum(a != b for a, b in zip(plain, changed)) < 3:
+        return None
+    source = f"def {name}({', '.join(params)}):\n    return {line}\n"
+    description = ask(f"{request} {rng.choice(TWIST_HINTS[twist])}", source)
+    return Variant(description, source, [main_fact, fact], inputs)
+
 
 def tip(rng):
     percent = rng.randint(10, 25)
-    digits = rng.choice([1, 2])
-    rate = percent / 100
-    source = code("""
-        def tip(bill):
-            return round(bill * $rate, $digits)
-        """, rate=rate, digits=digits)
-    facts = [f"The tip is {percent} percent of the bill, so multiply the bill by {rate}.",
-             f"Round the tip to {plural(digits, 'decimal place')}."]
-    bills = [0.0, 10.0, 100.0] + money_amounts(rng, 7, 5, 250)
-    return Variant(ask("I need a small function that works out how much tip to leave on a "
-                       "restaurant bill.", source), source, facts, [(b,) for b in bills])
+    bills = [10.0, 100.0, 35.5] + money_amounts(rng, 7, 5, 250)
+    return easy(rng, "tip", ["bill"], f"bill * {percent / 100!r}",
+                "I need a small function that works out how much tip to leave on a restaurant bill.",
+                "tip", "dollars", f"The tip rate is {percent} percent of the bill.", [(b,) for b in bills],
+                MONEY_TWISTS)
 
 
 def delivery_charge(rng):
     base = rng.choice([2, 3, 4, 5, 6, 7.5, 8, 9.5])
     per_kg = rng.choice([0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4])
-    source = code("""
-        def delivery_charge(weight_kg):
-            return $base + $per_kg * weight_kg
-        """, base=base, per_kg=per_kg)
-    facts = [f"Every delivery has a flat base charge of {num(base)} dollars.",
-             f"On top of the base charge, add {dollars(per_kg)} per kilogram of weight."]
     weights = [0.5, 1, 10] + [rng.randint(1, 60) / 2 for _ in range(7)]
-    return Variant(ask("Can you write a function that tells me what a delivery costs from "
-                       "the parcel's weight?", source), source, facts, [(w,) for w in weights])
+    return easy(rng, "delivery_charge", ["weight_kg"], f"{base!r} + {per_kg!r} * weight_kg",
+                "Can you write a function that tells me what a delivery costs from the parcel's weight?",
+                "charge", "dollars", f"The charge is a base of {dollars(base)} plus {dollars(per_kg)} per kilogram.",
+                [(w,) for w in weights], MONEY_TWISTS)
 
 
 def weekly_pay(rng):
     wage = tidy(rng.randint(48, 120) / 4)
-    bonus = rng.choice([10, 15, 20, 25, 40, 50])
-    source = code("""
-        def weekly_pay(hours):
-            return hours * $wage + $bonus
-        """, wage=wage, bonus=bonus)
-    facts = [f"The hourly wage is {num(wage)} dollars per hour.",
-             f"Everyone also gets a flat weekly bonus of {bonus} dollars, even with zero hours."]
-    hours = [0, 40, 20.5] + [rng.randint(2, 100) / 2 for _ in range(7)]
-    return Variant(ask("Write a function that tells me what I earn in a week from the hours "
-                       "I worked.", source), source, facts, [(h,) for h in hours])
+    hours = [1, 40, 20.5] + [rng.randint(2, 100) / 2 for _ in range(7)]
+    return easy(rng, "weekly_pay", ["hours"], f"hours * {wage!r}",
+                "Write a function that tells me what I earn in a week from the hours I worked.",
+                "pay", "dollars", f"The pay is an hourly wage of {dollars(wage)} per hour worked.", [(h,) for h in hours], MONEY_TWISTS)
 
 
 def calories_burned(rng):
-    per_minute = tidy(rng.randint(10, 29) / 2)
-    source = code("""
-        def calories_burned(minutes):
-            return minutes * $per_minute
-        """, per_minute=per_minute)
-    facts = [f"Cycling burns {num(per_minute)} calories per minute."]
-    minutes = [0, 1, 60] + [rng.randint(5, 120) for _ in range(7)]
-    return Variant(ask("For my fitness app I want a function that estimates the calories "
-                       "burned on a bike ride from how long it lasted.", source),
-                   source, facts, [(m,) for m in minutes])
+    per_minute = rng.randint(10, 29) / 2 + rng.choice([0, 0.25])
+    minutes = [1, 60, 45] + [rng.randint(5, 120) for _ in range(7)]
+    return easy(rng, "calories_burned", ["minutes"], f"minutes * {tidy(per_minute)!r}",
+                "For my fitness app I want a function that estimates the calories burned on a bike ride from how "
+                "long it lasted.", "calorie count", "calories",
+                f"Cycling burns {num(per_minute)} calories per minute, so that is the calorie count.",
+                [(m,) for m in minutes], ("round", "minimum", "maximum"))
 
 
 def sale_price(rng):
     percent = rng.randint(5, 40)
-    rate = percent / 100
-    source = code("""
-        def sale_price(price):
-            return round(price * (1 - $rate), 2)
-        """, rate=rate)
-    facts = [f"The discount is {percent} percent off the price, so multiply by (1 - {rate}).",
-             "Round the sale price to 2 decimal places."]
-    prices = [0.0, 100.0, 9.99] + money_amounts(rng, 7, 1, 400)
-    return Variant(ask("We are having a sale in my shop. Can you write a function that "
-                       "gives the sale price of an item?", source),
-                   source, facts, [(p,) for p in prices])
+    factor = round(1 - percent / 100, 2)
+    prices = [100.0, 9.99, 42.5] + money_amounts(rng, 7, 1, 400)
+    return easy(rng, "sale_price", ["price"], f"price * {factor!r}",
+                "We are having a sale in my shop. Can you write a function that gives the sale price of an item?",
+                "sale price", "dollars",
+                f"The sale price has a discount of {percent} percent, so multiply the price by {factor!r}.",
+                [(p,) for p in prices], MONEY_TWISTS)
 
 
 def ticket_total(rng):
     adult = rng.randint(8, 20)
     child = rng.randint(3, adult - 2)
-    source = code("""
-        def ticket_total(adults, children):
-            return adults * $adult + children * $child
-        """, adult=adult, child=child)
-    facts = [f"An adult ticket costs {adult} dollars.",
-             f"A child ticket costs {child} dollars."]
     groups = [(1, 0), (0, 1), (2, 3)] + [(rng.randint(0, 6), rng.randint(0, 6)) for _ in range(7)]
-    return Variant(ask("I sell tickets for our zoo. Write a function for the total price a "
-                       "family pays.", source), source, facts, groups)
+    return easy(rng, "ticket_total", ["adults", "children"], f"adults * {adult} + children * {child}",
+                "I sell tickets for our zoo. Write a function for the total price a family pays.",
+                "total", "dollars", f"The total is a ticket price of {dollars(adult)} per adult and {dollars(child)} per child.",
+                groups, ("minimum", "maximum", "fee"))
 
 
 def rental_late_fee(rng):
     rate = rng.randrange(10, 105, 5) / 100
-    source = code("""
-        def rental_late_fee(days):
-            return round(days * $rate, 2)
-        """, rate=rate)
-    facts = [f"The late fee is {rate:.2f} dollars for each day the rental is late.",
-             "Round the fee to 2 decimal places."]
-    days = [0, 1, 7] + [rng.randint(2, 60) for _ in range(7)]
-    return Variant(ask("Our video rental store charges for late returns. Can you write the "
-                       "function that computes the fee?", source),
-                   source, facts, [(d,) for d in days])
+    days = [1, 7, 3] + [rng.randint(2, 60) for _ in range(7)]
+    return easy(rng, "rental_late_fee", ["days"], f"days * {rate!r}",
+                "Our video rental store charges for late returns. Can you write the function that computes the "
+                "late charge?", "late charge", "dollars", f"The late charge is a daily rate of {rate:.2f} dollars per day late.",
+                [(d,) for d in days], ("round", "minimum", "maximum"))
 
 
 def league_points(rng):
     win = rng.randint(2, 7)
     draw = rng.randint(1, win - 1)
-    source = code("""
-        def league_points(wins, draws):
-            return wins * $win + draws * $draw
-        """, win=win, draw=draw)
-    facts = [f"A win is worth {plural(win, 'point')}.",
-             f"A draw is worth {plural(draw, 'point')}."]
     records = [(1, 0), (0, 1), (3, 2)] + [(rng.randint(0, 20), rng.randint(0, 10)) for _ in range(7)]
-    return Variant(ask("I keep the table for our amateur football league. Write a function "
-                       "that gives a team's points.", source), source, facts, records)
+    return easy(rng, "league_points", ["wins", "draws"], f"wins * {win} + draws * {draw}",
+                "I keep the table for our amateur football league. Write a function that gives a team's points.",
+                "points total", "points", f"A win adds {plural(win, 'point')} and a draw {draw} to the points total.",
+                records, ("minimum", "maximum"))
 
 
 def price_with_tax(rng):
     percent = rng.randrange(16, 49) / 4
-    rate = round(percent / 100, 4)
-    source = code("""
-        def price_with_tax(price):
-            return round(price * (1 + $rate), 2)
-        """, rate=rate)
-    facts = [f"The sales tax is {num(percent)} percent, added on top of the price "
-             f"(multiply by 1 + {rate}).",
-             "Round the total to 2 decimal places."]
-    prices = [0.0, 100.0, 19.99] + money_amounts(rng, 7, 1, 500)
-    return Variant(ask("Write me a function that gives the price a customer pays at the "
-                       "till, tax included.", source), source, facts, [(p,) for p in prices])
+    rate = round(1 + percent / 100, 4)
+    prices = [100.0, 19.99, 5.0] + money_amounts(rng, 7, 1, 500)
+    return easy(rng, "price_with_tax", ["price"], f"price * {rate!r}",
+                "Write me a function that gives the price a customer pays at the till, tax included.",
+                "price", "dollars", f"The sales tax is {num(percent)} percent, so multiply the price by {rate!r}.",
+                [(p,) for p in prices], MONEY_TWISTS)
 
 
 def pizza_slices(rng):
     per_guest = rng.randint(2, 4)
     spare = rng.randint(1, 6)
-    source = code("""
-        def pizza_slices(guests):
-            return guests * $per_guest + $spare
-        """, per_guest=per_guest, spare=spare)
-    facts = [f"Plan {per_guest} slices of pizza per guest.",
-             f"Always add {plural(spare, 'extra slice')} as a spare."]
-    guests = [0, 1, 12] + [rng.randint(2, 40) for _ in range(7)]
-    return Variant(ask("I'm throwing a party. Write a function that says how many pizza "
-                       "slices to order.", source), source, facts, [(g,) for g in guests])
+    guests = [1, 12, 5] + [rng.randint(2, 40) for _ in range(7)]
+    return easy(rng, "pizza_slices", ["guests"], f"guests * {per_guest} + {spare}",
+                "I'm throwing a party. Write a function that says how many pizza slices to order.",
+                "slice count", "slices", f"Plan {per_guest} slices per guest plus {spare} spare, for the slice count.",
+                [(g,) for g in guests], ("minimum", "maximum"))
 
 
 def water_liters(rng):
     ml_per_kg = rng.randint(25, 40)
-    source = code("""
-        def water_liters(weight_kg):
-            return round(weight_kg * $ml_per_kg / 1000, 1)
-        """, ml_per_kg=ml_per_kg)
-    facts = [f"A person should drink {ml_per_kg} millilitres of water per kilogram of body weight.",
-             "Give the answer in litres, rounded to 1 decimal place."]
     weights = [50, 80, 100] + [rng.randint(30, 130) for _ in range(7)]
-    return Variant(ask("Write a function that tells me how much water I should drink a day "
-                       "for my weight.", source), source, facts, [(w,) for w in weights])
+    return easy(rng, "water_liters", ["weight_kg"], f"weight_kg * {ml_per_kg} / 1000",
+                "Write a function that tells me how much water I should drink a day for my weight.",
+                "water amount", "litres", f"The water amount is {ml_per_kg} millilitres per kilogram of body weight, given in litres.",
+                [(w,) for w in weights], ("round", "minimum", "maximum"))
 
 
 def fuel_cost(rng):
     per_100km = rng.choice([5, 5.5, 6, 6.5, 7, 7.5, 8, 9])
     price = rng.choice([1.45, 1.6, 1.75, 1.89, 1.95, 2.1])
-    source = code("""
-        def fuel_cost(km):
-            return round(km / 100 * $per_100km * $price, 2)
-        """, per_100km=per_100km, price=price)
-    facts = [f"The car uses {num(per_100km)} litres of fuel per 100 kilometres.",
-             f"Fuel costs {num(price)} dollars per litre.",
-             "Round the cost to 2 decimal places."]
-    distances = [0, 100, 250] + [rng.randint(5, 900) for _ in range(7)]
-    return Variant(ask("Write a function that tells me what a car trip costs in fuel.",
-                       source), source, facts, [(d,) for d in distances])
+    distances = [100, 250, 40] + [rng.randint(5, 900) for _ in range(7)]
+    return easy(rng, "fuel_cost", ["km"], f"km / 100 * {per_100km!r} * {price!r}",
+                "Write a function that tells me what a car trip costs in fuel.", "fuel cost", "dollars",
+                f"The car's fuel consumption is {num(per_100km)} litres per 100 kilometres and fuel costs {dollars(price)} per litre.",
+                [(d,) for d in distances], MONEY_TWISTS)
 
 
 # ---------------------------------------------------------------- medium
@@ -1256,6 +1254,8 @@ def draw_variants(fam, rng, count, at_least=None):
     variants, seen = [], set()
     for _ in range(200 * count):
         variant = fam.make(rng)
+        if variant is None:  # an easy draw whose twist changed too few outputs
+            continue
         body = variant.description.split("The signature of the function is:")[0]
         if re.search(r"\d", body):
             raise ValueError(f"{fam.name}: a digit in the description could reveal a hidden detail")
