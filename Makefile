@@ -16,7 +16,7 @@ $(STAMP): requirements.txt
 install: $(STAMP)
 
 test: install
-	$(PYTHON) -m pytest -q -x test_all.py
+	$(PYTHON) -m pytest -q -x -p no:benchmark test_all.py   # pytest-benchmark, where installed, leaves a .benchmarks/ folder
 
 demo: install   # the whole chain on the embedded model, on 2 CPU cores (colbench/demo.py)
 	$(PYTHON) -m colbench.demo

@@ -23,15 +23,9 @@ def trajectories_or_fail(path, rewards_for=None):
     """load_trajectories(path), or one `error:` line naming the file, line and field (exit 2). With
     `rewards_for` (what needs them), every trajectory must carry a numeric 'reward'."""
     try:
-        trajectories = load_trajectories(path)
+        return load_trajectories(path, rewards_for)
     except DataError as e:
         fail(e)
-    if rewards_for:
-        for t in trajectories:
-            if not isinstance(t.get("reward"), (int, float)):
-                fail(f"{path}: trajectory {t['task_id']}/{t['sample_idx']} has no numeric 'reward', which "
-                     f"{rewards_for} needs: score the file with evaluate.py first")
-    return trajectories
 
 
 def _checked(text, convert, accepts, allowed):

@@ -8,6 +8,7 @@ description, a missing `sample_idx` numbers a task's trajectories in file order.
 """
 import hashlib
 import json
+import math
 import os
 
 
@@ -42,12 +43,14 @@ def read_jsonl(path, allow_empty=False):
 
 
 def require(record, field, kind, where):
-    """record[field], checked to be of `kind` (a type or tuple of types); `where` is 'file:line'."""
+    """record[field], checked to be of `kind` (a type or tuple of types); `where` is 'file:line'. JSON's true
+    and false are not numbers here, though Python's bool is an int."""
     if field not in record:
         raise DataError(f"{where}: missing field '{field}'")
     value = record[field]
-    if not isinstance(value, kind):
-        expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kinds):
+        expected = " or ".join(k.__name__ for k in kinds)
         raise DataError(f"{where}: field '{field}' must be {expected}, got {type(value).__name__}")
     return value
 
@@ -68,7 +71,7 @@ def check_task(record, where):
     require(record, "problem_description", str, where)
     require(record, "ground_truth", str, where)
     record.setdefault("task_id", derive_task_id(record["problem_description"]))
-    require(record, "task_id", (str, int), where)
+    require(record, "task_id", str, where)
     if task_kind(record) == "backend":
         tests = require(record, "test_cases", dict, where)
         for name, call in tests.items():
@@ -92,25 +95,50 @@ def load_tasks(path):
     return tasks
 
 
-def load_trajectories(path):
-    """The trajectories of a trajectory file, validated; ids derived for official files."""
-    trajectories, samples_seen = [], {}
+def check_reward(record, where, rewards_for):
+    """Fail unless record['reward'] is a finite number (not true/false), which `rewards_for` needs."""
+    reward = record.get("reward")
+    if "reward" not in record:
+        problem = "missing field 'reward'"
+    elif isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        problem = f"field 'reward' must be a number, got {type(reward).__name__}"
+    elif not math.isfinite(reward):
+        problem = f"field 'reward' must be finite, got {reward}"
+    else:
+        return
+    raise DataError(f"{where}: {problem}, which {rewards_for} needs: score the file with evaluate.py first")
+
+
+def load_trajectories(path, rewards_for=None):
+    """The trajectories of a trajectory file, validated; ids derived for official files. Stages key a
+    trajectory by (task_id, sample_idx), so a pair that appears twice is refused, naming both lines. With
+    `rewards_for` (what needs them, e.g. "the critic"), every trajectory must carry a numeric 'reward'."""
+    trajectories, samples_seen, line_of = [], {}, {}
     for n, record in read_jsonl(path):
         where = f"{path}:{n}"
-        check_task(require(record, "task", dict, where), f"{where}: field 'task'")
+        task = check_task(require(record, "task", dict, where), f"{where}: field 'task'")
         dialogue = require(record, "dialogue_history", list, where)
         for i, turn in enumerate(dialogue):
             turn_where = f"{where}: dialogue_history[{i}]"
             if not isinstance(turn, dict):
-                raise DataError(f"{turn_where} must be an object")
+                raise DataError(f"{turn_where} must be an object, got {type(turn).__name__}")
             if require(turn, "role", str, turn_where) not in ("user", "assistant", "system"):
                 raise DataError(f"{turn_where}: field 'role' must be user, assistant or system")
             require(turn, "content", str, turn_where)
         require(record, "answer", str, where)
-        record.setdefault("task_id", record["task"]["task_id"])
-        key = record["task_id"]
-        record.setdefault("sample_idx", samples_seen.get(key, 0))
-        samples_seen[key] = max(samples_seen.get(key, 0), record["sample_idx"]) + 1
+        task_id = require(record, "task_id", str, where) if "task_id" in record else task["task_id"]
+        if "sample_idx" in record:
+            sample_idx = require(record, "sample_idx", int, where)
+        else:  # official files carry none: number a task's trajectories in file order
+            sample_idx = samples_seen.get(task_id, 0)
+        samples_seen[task_id] = max(samples_seen.get(task_id, 0), sample_idx) + 1
+        if (task_id, sample_idx) in line_of:
+            raise DataError(f"{where}: fields 'task_id', 'sample_idx': ({task_id!r}, {sample_idx}) appears twice, "
+                            f"on lines {line_of[task_id, sample_idx]} and {n}")
+        line_of[task_id, sample_idx] = n
+        if rewards_for:
+            check_reward(record, where, rewards_for)
+        record["task_id"], record["sample_idx"] = task_id, sample_idx
         trajectories.append(record)
     return trajectories
 
@@ -141,7 +169,7 @@ def finished_keys(path):
             continue
         where = f"{path}:{line_number}"
         record = parse_record(line, where)
-        keys.add((require(record, "task_id", (str, int), where), require(record, "sample_idx", int, where)))
+        keys.add((require(record, "task_id", str, where), require(record, "sample_idx", int, where)))
     if len(complete) < len(content):
         print(f"resume: dropping a torn last line of {path}")
         with open(path, "r+b") as f:

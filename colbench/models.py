@@ -202,7 +202,7 @@ def token_logps(model, input_ids, attention_mask, past_key_values=None):
 
     With `past_key_values`, `input_ids` continues a cached prefix and the log-probs start at its
     second token (the first one's prediction belongs to the prefix's last logits)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=past_key_values).logits
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, cache=past_key_values).logits
     return TargetLogSoftmax.apply(logits[:, :-1], input_ids[:, 1:])
 
 
@@ -277,7 +277,7 @@ def shared_prefix_logps(model, sequences, scored_from):
     prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
     device = next(model.parameters()).device
     # The prefix's own logits are never used: logits_to_keep=1 spares its LM head (the cache is the same).
-    cache = model(input_ids=torch.tensor([prefix], device=device), use_cache=True, logits_to_keep=1).past_key_values
+    cache = model(input_ids=torch.tensor([prefix], device=device), use_cache=True, logits_to_keep=1).cache
     cache.batch_repeat_interleave(len(sequences))
     input_ids, attention_mask = padded_batch([ids[shared - 1:] for ids in sequences], device, cached=len(prefix))
     logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # column j: token shared + j
@@ -368,7 +368,7 @@ def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, eos_t
     cache = None
     if shared:
         cache = model(input_ids=torch.tensor([distinct[0][:shared]], device=device), use_cache=True,
-                      logits_to_keep=1).past_key_values
+                      logits_to_keep=1).cache
         cache.batch_repeat_interleave(len(distinct))
     # The rest of each distinct prompt, left-padded after the shared beginning; positions count real tokens.
     rests = [list(ids[shared:]) for ids in distinct]
@@ -378,9 +378,9 @@ def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, eos_t
     attention_mask = torch.cat([rest_mask.new_ones(len(rests), shared), rest_mask], dim=-1)
     positions = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
     output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                   past_key_values=cache, use_cache=True, logits_to_keep=1)
+                   cache=cache, use_cache=True, logits_to_keep=1)
     # Every row starts from its prompt's cache.
-    cache = output.past_key_values
+    cache = output.cache
     if in_place:
         cache.layers = [ReservedLayer(layer, max_new_tokens) for layer in cache.layers]
     cache.batch_select_indices(row_prompt)
@@ -408,8 +408,8 @@ def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, eos_t
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(live), 1)], dim=-1)
         positions = positions + 1
         output = model(input_ids=next_tokens.unsqueeze(-1), attention_mask=attention_mask, position_ids=positions,
-                       past_key_values=cache, use_cache=True)
-        cache, logits = output.past_key_values, output.logits[:, -1].float()
+                       cache=cache, use_cache=True)
+        cache, logits = output.cache, output.logits[:, -1].float()
     return rows
 
 
