@@ -41,23 +41,23 @@ parser.add_argument("scored", help="scored trajectories JSONL (each line with a 
 parser.add_argument("--out", help="critic folder to write (default runs/<stem>.critic)")
 parser.add_argument("--model", default="embedded", help="initial critic and π_ref: model folder, hub id or 'embedded'")
 parser.add_argument("--beta", type=positive_float, default=0.1, help="β of the Bradley-Terry loss (Eq. 2)")
-parser.add_argument("--lr", type=positive_float, default=2e-5, help="AdamW learning rate")
-parser.add_argument("--epochs", type=positive_int, default=2, help="passes over the training pairs")
+parser.add_argument("--lr", type=positive_float, default=1e-4, help="AdamW learning rate")
+parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the training pairs")
 parser.add_argument("--batch-size", type=positive_int, default=8,
                     help="pairs per optimizer step, at least: a task's pairs stay in one step (they share its "
                          "trajectories, whose log-probs are computed once)")
-parser.add_argument("--eval-fraction", type=fraction_or_zero, default=0.1, help="fraction of the paired tasks held out")
+parser.add_argument("--eval-fraction", type=fraction_or_zero, default=0.5, help="fraction of the paired tasks held out")
 parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0,
                     help="pair two trajectories of a task only when their rewards differ by at least this")
 parser.add_argument("--pairing", default="all", choices=PAIRINGS,
                     help="all (any two trajectories of a task whose rewards differ) or official (see preference_pairs)")
-parser.add_argument("--max-length", type=at_least(MIN_LENGTH), default=2048,
+parser.add_argument("--max-length", type=at_least(MIN_LENGTH), default=1024,
                     help="tokens per critic sequence at most; the oldest turns go first")
 parser.add_argument("--no-solution", action="store_true",
                     help="leave out the solution c (ablation: w/o training-time information)")
 parser.add_argument("--no-normalize", action="store_true",
                     help="sum over a turn's tokens instead of averaging (ablation: w/o normalization)")
-parser.add_argument("--trajectory-score", default="turn-sum", choices=("turn-sum", "token-mean"),
+parser.add_argument("--trajectory-score", default="token-mean", choices=("turn-sum", "token-mean"),
                     help="a trajectory's score in Eq. 2: turn-sum, the paper's sum of turn advantages, or "
                          "token-mean, the official code's mean over all its agent tokens")
 parser.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,

@@ -9,11 +9,13 @@ value is the task's fault, left out and named in `broken_tests`. Adds `reward` (
 passed), `success` (all passed), `tests_passed`, `tests_total`, `test_results`, `failure` and
 `failure_detail`. --official-scoring applies the official evaluator's rules where they differ.
 Frontend: `reward` is the similarity of the final page's full-page screenshot to the reference page's:
-the CLIP cosine with --clip (the paper's), else SSIM, which needs no weights; `image_score` names it.
+the CLIP cosine with --clip (the paper's), else `edge-color` (edges and colors agreeing, 0 for a blank
+page), which needs no weights; `image_score` names it, `answered_page` says whether there was a page.
 --against adds the win rate per task. Prints the metrics. Departures from the paper: docs/DEPARTURES.md.
 """
 import argparse
 import collections
+import functools
 import json
 import os
 import queue
@@ -51,7 +53,7 @@ def parse_args(argv=None):
                         help="keep a `reward` already in the input instead of re-scoring that line")
     parser.add_argument("--clip", help="frontend: score pages by this CLIP checkpoint (a folder with the model and its "
                                        f"image processor, or a hub id: the paper's is {frontend.DEFAULT_CLIP}); "
-                                       "without it, by the SSIM of the screenshots")
+                                       "without it, by the screenshots' edges and colors (edge-color)")
     parser.add_argument("--against", help="another scored JSONL: print the win rate per task both files hold")
     return parser.parse_args(argv)
 
@@ -169,76 +171,99 @@ def main_failure(outcomes):
     return max(failures, key=lambda category: (counts[category], -failures.index(category)))
 
 
+def task_key(task):
+    """Records of one task (the same id, reference and tests) share one run of the reference function."""
+    return json.dumps([task["task_id"], task["ground_truth"], task["test_cases"]], sort_keys=True)
+
+
+def sandbox_program(code, task, official_scoring):
+    """What the sandbox runs: the code and the task's test calls, or as the official evaluator ran them."""
+    calls = list(task["test_cases"].items())
+    return in_function_scope(code, calls) if official_scoring else (code, calls)
+
+
+def run_in_sandbox(sandboxes, isolation, code, calls):
+    """The results of `calls` after `code`, in a free sandbox from the queue `sandboxes`; adds the sandbox's
+    isolation report to `isolation`."""
+    sandbox = sandboxes.get()
+    try:
+        reply = sandbox.run(code, calls)
+    finally:
+        sandboxes.put(sandbox)
+    isolation.update(reply.get("isolation", {}))
+    return reply["results"]
+
+
+def reward_fields(task, judged, broken, official_scoring):
+    """The reward fields of a record, from judged: {counted test name: (outcome, detail)} and broken: {test name:
+    why it is not counted}."""
+    outcomes = {name: outcome for name, (outcome, _) in judged.items()}
+    if official_scoring:  # the official evaluator fails a broken test for every candidate
+        outcomes.update({name: BROKEN for name in broken})
+    passed = sum(outcome == "pass" for outcome in outcomes.values())
+    failure = main_failure(outcomes.values())
+    if failure == BROKEN:
+        detail = next(iter(broken.values()))
+    else:
+        detail = next((d for o, d in judged.values() if o == failure), None)
+    return dict(reward=passed / len(outcomes) if outcomes else 0.0,
+                success=bool(outcomes) and passed == len(outcomes),
+                tests_passed=passed, tests_total=len(outcomes), failure=failure, failure_detail=detail,
+                test_results={name: outcomes.get(name, BROKEN) for name in task["test_cases"]},
+                broken_tests=broken)
+
+
+def reference_results(pool, run, tasks, official_scoring, progress):
+    """{task key: the reference function's result on each test}, the reference run once per task by
+    `run(code, calls)` (run_in_sandbox) on the thread pool `pool`."""
+    progress.total += len(tasks)
+    jobs = {pool.submit(run, *sandbox_program(task["ground_truth"], task, official_scoring)): key
+            for key, task in tasks.items()}
+    results = {}
+    for job in as_completed(jobs):
+        results[jobs[job]] = job.result()
+        progress.update(1)
+    return results
+
+
+def score_answers(pool, run, records, expected_results, official_scoring, progress):
+    """Run each record's answer on its task's tests and add the reward fields to the record."""
+    jobs = {}
+    for record in records:
+        banned = banned_substring(record["answer"]) if official_scoring else None
+        if banned:  # never run: the official evaluator scored it 0 as it stood
+            task = record["task"]
+            broken = broken_tests(task, expected_results[task_key(task)])
+            judged = {name: ("banned substring", f"the answer holds {banned!r}")
+                      for name in task["test_cases"] if name not in broken}
+            record.update(reward_fields(task, judged, broken, official_scoring))
+            progress.update(1)
+            continue
+        code = official_code(record["answer"]) if official_scoring else extract_code(record["answer"])
+        jobs[pool.submit(run, *sandbox_program(code, record["task"], official_scoring))] = record
+    for job in as_completed(jobs):
+        record, results = jobs[job], job.result()
+        task = record["task"]
+        expected = expected_results[task_key(task)]
+        broken = broken_tests(task, expected)
+        judged = {name: judge(results.get(name, {"error": "crashed"}), expected[name]["value"])
+                  for name in task["test_cases"] if name not in broken}
+        record.update(reward_fields(task, judged, broken, official_scoring))
+        progress.update(1)
+
+
 def score_backend(records, args, progress):
     """Add reward fields to each backend record, in place; returns the sandbox's isolation report."""
     sandboxes = queue.Queue()
     for _ in range(args.workers):
         sandboxes.put(Sandbox(timeout=args.timeout).start())  # started here: see PR_SET_PDEATHSIG
     isolation = {}
-
-    def in_sandbox(code, calls):
-        sandbox = sandboxes.get()
-        try:
-            reply = sandbox.run(code, calls)
-        finally:
-            sandboxes.put(sandbox)
-        isolation.update(reply.get("isolation", {}))
-        return reply["results"]
-
-    def task_key(task):
-        return json.dumps([task["task_id"], task["ground_truth"], task["test_cases"]], sort_keys=True)
-
-    def program(code, task):
-        """What the sandbox runs: the code and the task's test calls, or as the official evaluator ran them."""
-        calls = list(task["test_cases"].items())
-        return in_function_scope(code, calls) if args.official_scoring else (code, calls)
-
-    def add_reward(record, judged, broken):
-        """judged: {counted test name: (outcome, detail)}, broken: {test name: why it is not counted}
-        -> the reward fields of the record."""
-        outcomes = {name: outcome for name, (outcome, _) in judged.items()}
-        if args.official_scoring:  # the official evaluator fails a broken test for every candidate
-            outcomes.update({name: BROKEN for name in broken})
-        passed = sum(outcome == "pass" for outcome in outcomes.values())
-        failure = main_failure(outcomes.values())
-        if failure == BROKEN:
-            detail = next(iter(broken.values()))
-        else:
-            detail = next((d for o, d in judged.values() if o == failure), None)
-        record.update(reward=passed / len(outcomes) if outcomes else 0.0,
-                      success=bool(outcomes) and passed == len(outcomes),
-                      tests_passed=passed, tests_total=len(outcomes), failure=failure,
-                      failure_detail=detail,
-                      test_results={name: outcomes.get(name, BROKEN) for name in record["task"]["test_cases"]},
-                      broken_tests=broken)
-        progress.update(1)
-
+    run = functools.partial(run_in_sandbox, sandboxes, isolation)
     tasks = {task_key(r["task"]): r["task"] for r in records}
-    progress.total += len(tasks)
-    expected_results = {}  # task key -> the reference function's result on each test
     try:
         with ThreadPoolExecutor(args.workers) as pool:
-            # The expected values: the reference function run once per task.
-            jobs = {pool.submit(in_sandbox, *program(task["ground_truth"], task)): key for key, task in tasks.items()}
-            for job in as_completed(jobs):
-                expected_results[jobs[job]] = job.result()
-                progress.update(1)
-            jobs = {}
-            for record in records:
-                banned = banned_substring(record["answer"]) if args.official_scoring else None
-                if banned:  # never run: the official evaluator scored it 0 as it stood
-                    broken = broken_tests(record["task"], expected_results[task_key(record["task"])])
-                    add_reward(record, {name: ("banned substring", f"the answer holds {banned!r}")
-                                        for name in record["task"]["test_cases"] if name not in broken}, broken)
-                    continue
-                code = official_code(record["answer"]) if args.official_scoring else extract_code(record["answer"])
-                jobs[pool.submit(in_sandbox, *program(code, record["task"]))] = record
-            for job in as_completed(jobs):
-                record, results = jobs[job], job.result()
-                expected = expected_results[task_key(record["task"])]
-                broken = broken_tests(record["task"], expected)
-                add_reward(record, {name: judge(results.get(name, {"error": "crashed"}), expected[name]["value"])
-                                    for name in record["task"]["test_cases"] if name not in broken}, broken)
+            expected_results = reference_results(pool, run, tasks, args.official_scoring, progress)
+            score_answers(pool, run, records, expected_results, args.official_scoring, progress)
     finally:
         while not sandboxes.empty():
             sandboxes.get().close()
@@ -247,11 +272,12 @@ def score_backend(records, args, progress):
 
 # --- frontend scoring ------------------------------------------------------------------------------
 def score_frontend(records, args, progress):
-    """Add `reward` (the final page's similarity to the reference page) and `image_score` to each frontend record."""
+    """Add `reward` (the final page's similarity to the reference page), `image_score` and `answered_page` to each
+    frontend record."""
     try:
-        scorer = frontend.ClipScorer(args.clip) if args.clip else frontend.StructuralSimilarity()
-        print(f"frontend image score: {scorer.name}" + ("" if args.clip else " (the screenshots' structural "
-                                                           "similarity; --clip PATH for the paper's CLIP cosine)"))
+        scorer = frontend.ClipScorer(args.clip) if args.clip else frontend.EdgeColorSimilarity()
+        print(f"frontend image score: {scorer.name}" + ("" if args.clip else " (the screenshots' edges and colors "
+                                                           "agreeing; --clip PATH for the paper's CLIP cosine)"))
         rewards = frontend.score_pages(scorer, [r["answer"] for r in records],
                                        [r["task"]["ground_truth"] for r in records])
     except (frontend.ClipUnavailable, ChromiumMissing) as e:
@@ -267,12 +293,13 @@ SCORERS = {"backend": score_backend, "frontend": score_frontend}
 
 
 # --- metrics -----------------------------------------------------------------------------------------
+def percent(values):
+    values = list(values)
+    return round(100 * sum(values) / len(values), 2) if values else 0.0
+
+
 def summarize(records):
     """Mean % tests passed, success rate, and best-of-k of both when tasks have k > 1 samples."""
-    def pct(values):
-        values = list(values)
-        return round(100 * sum(values) / len(values), 2) if values else 0.0
-
     by_task = collections.defaultdict(list)
     for record in records:
         by_task[record["task_id"]].append(record)
@@ -284,20 +311,86 @@ def summarize(records):
                                                / len(by_task), 4)
         return summary
     summary = {"trajectories": len(records), "tasks": len(by_task),
-               "mean_tests_passed_pct": pct(r["reward"] for r in records),
-               "success_rate_pct": pct(succeeded(r) for r in records)}
+               "mean_tests_passed_pct": percent(r["reward"] for r in records),
+               "success_rate_pct": percent(succeeded(r) for r in records)}
     sizes = sorted({len(samples) for samples in by_task.values()})
     if sizes[-1] > 1:
         summary["best_of_k"] = {
             "k": sizes[0] if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}",
-            "tests_passed_pct": pct(max(r["reward"] for r in s) for s in by_task.values()),
-            "success_rate_pct": pct(any(succeeded(r) for r in s) for s in by_task.values())}
+            "tests_passed_pct": percent(max(r["reward"] for r in s) for s in by_task.values()),
+            "success_rate_pct": percent(any(succeeded(r) for r in s) for s in by_task.values())}
     summary["failures"] = dict(collections.Counter(r["failure"] for r in records if r.get("failure")))
     broken = {(r["task_id"], name): reason
               for r in records for name, reason in r.get("broken_tests", {}).items()}
     summary["broken_tests"] = [f"task {task_id} {name}: {reason}"
                                for (task_id, name), reason in sorted(broken.items())]
     return summary
+
+
+def by_kind(records):
+    """{task kind: its records}, in file order."""
+    kinds = collections.defaultdict(list)
+    for record in records:
+        kinds[task_kind(record["task"])].append(record)
+    return kinds
+
+
+def refuse_other_image_score(others, against, image_score):
+    """Stop when the --against file's frontend rewards come from another image score than this run's."""
+    theirs = {r.get("image_score") for r in others if task_kind(r["task"]) == "frontend"} - {image_score}
+    if theirs:  # two rewards of different scores say nothing about each other
+        fail(f"--against {against} was scored by {', '.join(map(str, sorted(theirs, key=str)))}, this file by "
+             f"{image_score}: score both the same way")
+
+
+def score_all(to_score, args):
+    """Score every record by the scorer of its kind, in place; returns the seconds it took."""
+    start = time.monotonic()
+    with tqdm(total=len(to_score), desc="scoring (references, then answers)", unit="run",
+              mininterval=1.0) as progress:
+        for kind, kind_records in by_kind(to_score).items():
+            isolation = SCORERS[kind](kind_records, args, progress)
+            if isolation:
+                print(f"sandbox: network namespace {'on' if isolation.get('network') else 'OFF'}, "
+                      f"PID namespace {'on' if isolation.get('pids') else 'OFF'}, "
+                      f"{isolation['tmp']}, programs run as {isolation.get('user', '?')}")
+    return time.monotonic() - start
+
+
+def win_rate_against(records, others, against):
+    """The win rate per task of these records' rewards against the --against file's, printed."""
+    mine, theirs = collections.defaultdict(list), collections.defaultdict(list)
+    for record in records:
+        mine[record["task_id"]].append(record["reward"])
+    for record in others:
+        if isinstance(record.get("reward"), (int, float)):
+            theirs[record["task_id"]].append(record["reward"])
+    rate, wins, ties, losses = frontend.win_rate(mine, theirs)
+    print(f"win rate against {against}: " + (f"{100 * rate:.1f}%" if rate is not None else "n/a")
+          + f" over {wins + ties + losses} matched tasks ({wins} wins, {ties} ties, {losses} losses)")
+    return {"against": against, "rate": rate, "wins": wins, "ties": ties, "losses": losses}
+
+
+def print_frontend(front):
+    print(f"frontend: {front['trajectories']} trajectories, {front['tasks']} tasks: mean {front['image_score']} "
+          f"{front['mean_score']:.4f}" + (f", best-of-k {front['best_of_k_score']:.4f}"
+                                          if "best_of_k_score" in front else ""))
+
+
+def print_backend(summary):
+    print(f"{summary['trajectories']} trajectories, {summary['tasks']} tasks: "
+          f"{summary['mean_tests_passed_pct']:.1f}% tests passed, "
+          f"{summary['success_rate_pct']:.1f}% success")
+    if "best_of_k" in summary:
+        best = summary["best_of_k"]
+        print(f"best-of-{best['k']}: {best['tests_passed_pct']:.1f}% tests passed, "
+              f"{best['success_rate_pct']:.1f}% success")
+    print(f"failures: {summary['failures']}")
+    if summary["broken_tests"]:
+        shown = summary["broken_tests"][:3]
+        more = len(summary["broken_tests"]) - len(shown)
+        print(f"broken tests (not counted): {len(summary['broken_tests'])} ({'; '.join(shown)}"
+              + (f"; {more} more in the summary and the scored file's broken_tests" if more else "") + ")")
 
 
 def main(argv=None):
@@ -310,74 +403,31 @@ def main(argv=None):
     records = trajectories_or_fail(args.trajectories)
 
     to_score = [r for r in records if not (args.keep_rewards and "reward" in r)]
-    by_kind = collections.defaultdict(list)
-    for record in to_score:
-        by_kind[task_kind(record["task"])].append(record)
-    for kind in by_kind:
+    for kind, kind_records in by_kind(to_score).items():
         if kind not in SCORERS:
-            fail(f"{kind} scoring not yet available ({len(by_kind[kind])} {kind} trajectories "
+            fail(f"{kind} scoring not yet available ({len(kind_records)} {kind} trajectories "
                  f"in {args.trajectories})")
-
     others = trajectories_or_fail(args.against) if args.against else []
-    image_score = frontend.image_score_name(args.clip)
-    theirs = {r.get("image_score") for r in others if task_kind(r["task"]) == "frontend"} - {image_score}
-    if by_kind["frontend"] and theirs:  # two rewards of different scores say nothing about each other
-        fail(f"--against {args.against} was scored by {', '.join(map(str, sorted(theirs, key=str)))}, this file by "
-             f"{image_score}: score both the same way")
-
-    start = time.monotonic()
-    with tqdm(total=len(to_score), desc="scoring (references, then answers)", unit="run",
-              mininterval=1.0) as progress:
-        for kind, kind_records in by_kind.items():
-            isolation = SCORERS[kind](kind_records, args, progress)
-            if isolation:
-                print(f"sandbox: network namespace {'on' if isolation.get('network') else 'OFF'}, "
-                      f"PID namespace {'on' if isolation.get('pids') else 'OFF'}, "
-                      f"{isolation['tmp']}, programs run as {isolation.get('user', '?')}")
-    seconds = time.monotonic() - start
+    if "frontend" in by_kind(to_score):
+        refuse_other_image_score(others, args.against, frontend.image_score_name(args.clip))
+    seconds = score_all(to_score, args)
 
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     write_jsonl(out + ".tmp", records)
     os.replace(out + ".tmp", out)  # a killed run leaves no half-written output
 
-    kinds = collections.defaultdict(list)
-    for record in records:
-        kinds[task_kind(record["task"])].append(record)
+    kinds = by_kind(records)
     summary = summarize(kinds["backend"]) if kinds["backend"] else {}
     if kinds["frontend"]:
         summary["frontend"] = summarize(kinds["frontend"])
-        front = summary["frontend"]
-        print(f"frontend: {front['trajectories']} trajectories, {front['tasks']} tasks: mean {front['image_score']} "
-              f"{front['mean_score']:.4f}" + (f", best-of-k {front['best_of_k_score']:.4f}"
-                                              if "best_of_k_score" in front else ""))
+        print_frontend(summary["frontend"])
     if args.against:
-        mine, theirs = collections.defaultdict(list), collections.defaultdict(list)
-        for record in records:
-            mine[record["task_id"]].append(record["reward"])
-        for record in others:
-            if isinstance(record.get("reward"), (int, float)):
-                theirs[record["task_id"]].append(record["reward"])
-        rate, wins, ties, losses = frontend.win_rate(mine, theirs)
-        summary["win_rate"] = {"against": args.against, "rate": rate, "wins": wins, "ties": ties, "losses": losses}
-        print(f"win rate against {args.against}: " + (f"{100 * rate:.1f}%" if rate is not None else "n/a")
-              + f" over {wins + ties + losses} matched tasks ({wins} wins, {ties} ties, {losses} losses)")
+        summary["win_rate"] = win_rate_against(records, others, args.against)
     summary.update(scored=len(to_score), seconds=round(seconds, 2),
                    trajectories_per_s=round(len(to_score) / seconds, 2) if seconds > 0 else None,
                    args=vars(args))
     if kinds["backend"]:
-        print(f"{summary['trajectories']} trajectories, {summary['tasks']} tasks: "
-              f"{summary['mean_tests_passed_pct']:.1f}% tests passed, "
-              f"{summary['success_rate_pct']:.1f}% success")
-        if "best_of_k" in summary:
-            best = summary["best_of_k"]
-            print(f"best-of-{best['k']}: {best['tests_passed_pct']:.1f}% tests passed, "
-                  f"{best['success_rate_pct']:.1f}% success")
-        print(f"failures: {summary['failures']}")
-        if summary["broken_tests"]:
-            shown = summary["broken_tests"][:3]
-            more = len(summary["broken_tests"]) - len(shown)
-            print(f"broken tests (not counted): {len(summary['broken_tests'])} ({'; '.join(shown)}"
-                  + (f"; {more} more in the summary and the scored file's broken_tests" if more else "") + ")")
+        print_backend(summary)
     print(f"scored {len(to_score)} in {seconds:.1f} s ({summary['trajectories_per_s']} trajectories/s)")
     print(f"wrote {out}")
     if args.summary_json:

@@ -40,18 +40,18 @@ parser.add_argument("--out", help="policy folder to write (default runs/<stem>.p
 parser.add_argument("--critic", help="critic folder from critic.py (default runs/<stem>.critic), or 'random': "
                                      "candidates ranked by random scores (a control)")
 parser.add_argument("--model", default="embedded", help="policy to start from: model folder, hub id, or 'embedded'")
-parser.add_argument("--candidates", type=at_least(2), default=16,
+parser.add_argument("--candidates", type=at_least(2), default=6,
                     help="replies sampled per turn state (N; 2 at least: a top and a bottom half)")
-parser.add_argument("--pairs-per-turn", type=positive_int, default=4, help="preference pairs drawn per turn state")
+parser.add_argument("--pairs-per-turn", type=positive_int, default=2, help="preference pairs drawn per turn state")
 parser.add_argument("--data-fraction", type=fraction, default=1.0,
                     help="use the trajectories of this random fraction of the tasks (as baselines.py, same --seed)")
 parser.add_argument("--sampled", help="candidates.jsonl of an earlier run on the same data: rank its candidates "
                                       "instead of sampling (the controls: the same candidates, another ranking)")
-parser.add_argument("--max-new-tokens", type=positive_int, default=256, help="tokens per sampled reply at most")
-parser.add_argument("--temperature", type=non_negative_float, default=1.0, help="the candidates' sampling temperature")
+parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens per sampled reply at most")
+parser.add_argument("--temperature", type=non_negative_float, default=0.7, help="the candidates' sampling temperature")
 parser.add_argument("--beta", type=positive_float, default=0.1, help="DPO temperature β' (Eq. 4)")
-parser.add_argument("--nll-coef", type=non_negative_float, default=0.01, help="weight λ of the NLL term (Eq. 4)")
-parser.add_argument("--lr", type=positive_float, default=5e-6, help="AdamW learning rate (paper: 2e-7 for 8B models)")
+parser.add_argument("--nll-coef", type=non_negative_float, default=1.0, help="weight λ of the NLL term (Eq. 4)")
+parser.add_argument("--lr", type=positive_float, default=2e-5, help="AdamW learning rate (paper: 2e-7 for 8B models)")
 parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the pairs")
 parser.add_argument("--batch-size", type=positive_int, default=8, help="pairs per optimizer step, one per forward pass")
 parser.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,

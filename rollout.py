@@ -34,12 +34,12 @@ parser.add_argument("--out", help="trajectories JSONL to write or resume (defaul
 parser.add_argument("--agent", default="embedded",
                     help="model folder, hub id, 'embedded', an OpenAI-compatible URL, or " + " / ".join(AGENTS))
 parser.add_argument("--simulator", default="embedded", help="'embedded', an OpenAI-compatible URL, or a model")
-parser.add_argument("--samples", type=positive_int, default=1, help="trajectories per task (K)")
+parser.add_argument("--samples", type=positive_int, default=5, help="trajectories per task (K)")
 parser.add_argument("--limit", type=positive_int, help="use only the first N tasks")
-parser.add_argument("--max-turns", type=positive_int, default=10, help="agent turns per dialogue at most")
-parser.add_argument("--temperature", type=non_negative_float, default=1.0,
+parser.add_argument("--max-turns", type=positive_int, default=3, help="agent turns per dialogue at most")
+parser.add_argument("--temperature", type=non_negative_float, default=0.7,
                     help="agent sampling temperature (0 = greedy)")
-parser.add_argument("--max-new-tokens", type=positive_int, default=256, help="tokens per agent reply at most")
+parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens per agent reply at most")
 parser.add_argument("--batch-size", type=positive_int, default=8, help="dialogues live at once (one batched generate)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="a local agent's precision; auto: bf16 where the hardware computes it natively, else fp32")

@@ -13,7 +13,7 @@ image data URLs, with the prompt below.
 
 Evaluation: the reward of a final page is the similarity of its full-page screenshot to the reference
 page's. The paper's is the cosine of their CLIP image embeddings (`ClipScorer`, given a checkpoint);
-offline, with no weights to download, `StructuralSimilarity` compares the screenshots' pixels (SSIM).
+offline, with no weights to download, `EdgeColorSimilarity` compares the screenshots' edges and colors.
 The win rate against another system's scored file counts, per task both files hold, a higher mean
 reward as 1 and a tie as 1/2.
 """
@@ -402,42 +402,58 @@ def hub_reachable(timeout=3.0):
         return False
 
 
-class StructuralSimilarity:
-    """The offline image score: SSIM (Wang et al. 2004) of two screenshots, which needs no model weights.
+class EdgeColorSimilarity:
+    """The offline image score, which needs no model weights: how well the two screenshots' edges (where the
+    boxes, borders and text of a page are) agree, times how close their colors are.
 
     Both images are scaled to WIDTH pixels wide, the shorter one padded at the bottom with its own most
-    common color (a page that ends early shows its background below); then the mean over every 7 x 7
-    window and the three color channels of luminance x contrast x structure agreement. 1 for the same
-    page, and lower the more of a page differs; a blank page keeps about the share of the reference that
-    is plain background (0.26 for a dark planted page, 0.42 for a light one), a black image nothing."""
-    name = "ssim"
-    WIDTH, WINDOW = 128, 7
+    common color (a page that ends early shows its background below). A pixel's edge is the size of the
+    color change to its right and below it; the edges agree by the share of both pages' edge strength that
+    the other page matches within SLACK pixels (a box moved a little still counts). The colors agree by 1
+    minus the mean absolute difference of the pixels' RGB values / 255. 1 for the same page, lower the more
+    of it differs; a page with no edges, blank or the black image of a failed page, 0. (SSIM, the score this
+    replaced, ranked a blank page above a restyled one: flat windows agree with flat windows.)"""
+    name = "edge-color"
+    WIDTH, SLACK = 128, 1
 
     def similarity(self, images, reference_images):
-        return [self.ssim(image, reference) for image, reference in zip(images, reference_images)]
+        return [self.score(image, reference) for image, reference in zip(images, reference_images)]
 
     @classmethod
-    def ssim(cls, image, reference):
-        def scaled_down(picture):
-            height = max(cls.WINDOW, cls.WIDTH * picture.height // picture.width)
-            return picture.convert("RGB").resize((cls.WIDTH, height))
-        scaled = [scaled_down(image), scaled_down(reference)]
+    def score(cls, image, reference):
+        scaled = [cls.scaled_down(image), cls.scaled_down(reference)]
         height = max(s.height for s in scaled)
-        a, b = (numpy.asarray(cls.padded(s, height), dtype=numpy.float64) for s in scaled)  # [height, WIDTH, 3]
-        c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
-        mean_a, mean_b = cls.window_mean(a), cls.window_mean(b)
-        var_a, var_b = cls.window_mean(a * a) - mean_a ** 2, cls.window_mean(b * b) - mean_b ** 2
-        covariance = cls.window_mean(a * b) - mean_a * mean_b
-        agreement = ((2 * mean_a * mean_b + c1) * (2 * covariance + c2)
-                     / ((mean_a ** 2 + mean_b ** 2 + c1) * (var_a + var_b + c2)))  # per window and channel
-        return float(agreement.mean())
+        page, target = (numpy.asarray(cls.padded(s, height), dtype=numpy.float64) for s in scaled)  # [height, WIDTH, 3]
+        colors = 1 - numpy.abs(page - target).mean() / 255
+        return float(cls.edge_agreement(cls.edges(page), cls.edges(target)) * colors)
 
     @classmethod
-    def window_mean(cls, x):
-        """The mean of each WINDOW x WINDOW window of x [h, w, 3] (from an integral image): [h - 6, w - 6, 3]."""
-        k = cls.WINDOW
-        total = numpy.pad(x, ((1, 0), (1, 0), (0, 0))).cumsum(0).cumsum(1)
-        return (total[k:, k:] - total[:-k, k:] - total[k:, :-k] + total[:-k, :-k]) / (k * k)
+    def edge_agreement(cls, edges, reference_edges):
+        """The share of both pages' edge strength that the other page has within SLACK pixels: 1 for two plain pages."""
+        total = edges.sum() + reference_edges.sum()
+        if total == 0:
+            return 1.0
+        matched = (numpy.minimum(edges, cls.nearby_max(reference_edges)).sum()
+                   + numpy.minimum(reference_edges, cls.nearby_max(edges)).sum())
+        return matched / total
+
+    @staticmethod
+    def edges(pixels):
+        """The size of the color change from each pixel to the next one right and below: [height - 1, WIDTH - 1]."""
+        down = numpy.abs(numpy.diff(pixels, axis=0))[:, :-1].sum(-1)
+        across = numpy.abs(numpy.diff(pixels, axis=1))[:-1].sum(-1)
+        return down + across
+
+    @classmethod
+    def nearby_max(cls, edges):
+        """The largest edge within SLACK pixels of each pixel."""
+        side = 2 * cls.SLACK + 1
+        return numpy.lib.stride_tricks.sliding_window_view(numpy.pad(edges, cls.SLACK), (side, side)).max(axis=(-2, -1))
+
+    @classmethod
+    def scaled_down(cls, picture):
+        height = max(2, cls.WIDTH * picture.height // picture.width)
+        return picture.convert("RGB").resize((cls.WIDTH, height))
 
     @staticmethod
     def padded(image, height):
@@ -448,8 +464,8 @@ class StructuralSimilarity:
 
 
 def image_score_name(clip=None):
-    """What scores a page, as each scored line's `image_score` names it: 'clip:<checkpoint>', or 'ssim'."""
-    return f"clip:{clip}" if clip else StructuralSimilarity.name
+    """What scores a page, as each scored line's `image_score` names it: 'clip:<checkpoint>', or 'edge-color'."""
+    return f"clip:{clip}" if clip else EdgeColorSimilarity.name
 
 
 class ClipScorer:
@@ -497,7 +513,7 @@ class ClipScorer:
 
 def score_pages(scorer, pages, reference_pages):
     """The frontend reward of each final page: its full-page screenshot's similarity with the reference's,
-    by `scorer` (StructuralSimilarity or ClipScorer). No page scores as a failed one: a black image, as in
+    by `scorer` (EdgeColorSimilarity or ClipScorer). No page scores as a failed one: a black image, as in
     the official evaluator."""
     screenshots = render_many(pages, full_page=True)
     screenshots = [image if page and page.strip() else failed_image() for page, image in zip(pages, screenshots)]
