@@ -36,13 +36,14 @@ from colbench import frontend, stats
 from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
                           positive_int, require_server)
 from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
-from colbench.env import ANSWER_MARKER, LAST_TURN_NOTE, PROMPT_STYLES, TURN_BUDGET_NOTE, Episode, html_page
+from colbench.env import ANSWER_MARKER, TURN_BUDGET_NOTE, Episode, agent_messages, html_page, turn_budget
 from colbench.models import (EndpointChat, ReservedLayer, Reply, TargetLogSoftmax, chat_text, keep_freed_memory,
                              load_model, sample_plain, sample_shrinking_batch, sequence_logps, shared_prefix_logps,
                              tokenize_turns)
 from colbench.render import render, render_many
 from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value
-from colbench.simulators import DONT_KNOW, EmbeddedSimulator, facts_from_code, make_simulator
+from colbench.simulators import (DONT_KNOW, ONE_AT_A_TIME, EmbeddedSimulator, facts_from_code, facts_told,
+                                 make_simulator)
 import critic
 from evaluate import extract_code
 
@@ -329,6 +330,70 @@ def test_tasks_regeneration_is_byte_identical(tmp_path):
             assert shipped.read() == fresh.read(), name
 
 
+def easy_tasks(*names):
+    return [t for name in names for t in load_tasks(os.path.join(TASKS_DIR, f"backend_{name}.jsonl"))
+            if t["tier"] == "easy"]
+
+
+GENERAL_REQUESTS = ["Could you tell me more about what you need?", "What details should I know?",
+                    "Can you share any specific requirements or preferences?", "Is there anything else I should know?",
+                    "What exactly do you have in mind? Please give me the numbers and rules.", "Any other details?"]
+
+
+def test_easy_tasks_have_two_facts_and_what_to_ask_differs_within_a_family():
+    twists = {}  # family -> the kinds of second fact its tasks have
+    for task in easy_tasks("train", "test", "valid"):
+        first, second = task["hidden_facts"]  # the family's numbers, then the task's twist
+        kind = next(k for k in ("Round", "minimum", "maximum", "flat fee") if k in second)
+        twists.setdefault(task["family"], set()).add(kind)
+        assert kind.split()[-1].lower()[:5] in request_part(task).lower()  # the description hints at it
+    assert all(len(kinds) >= 2 for kinds in twists.values()), twists
+
+
+def test_embedded_human_gives_general_requests_nothing_and_each_fact_to_its_subject():
+    from colbench.scripted import subject_words
+    from colbench.simulators import answer_from_facts
+    for task in easy_tasks("train", "test", "valid"):
+        facts = task["hidden_facts"]
+        for request in GENERAL_REQUESTS:
+            assert answer_from_facts(facts, request) == DONT_KNOW, (task["task_id"], request)
+        for fact in facts:
+            asked = f"Could you tell me about the {' '.join(subject_words(fact, facts))}?"
+            assert answer_from_facts(facts, asked) == fact, (task["task_id"], asked)
+
+
+@pytest.mark.parametrize("agent, told", [("scripted:fixed", 0.0), ("scripted:by-subject", 1.0)])
+def test_scripted_agents_through_rollout_a_fixed_script_learns_nothing_asking_by_subject_everything(
+        tmp_path, agent, told):
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", easy_tasks("test"))
+    out = tmp_path / "scripted.traj.jsonl"
+    run_script("rollout.py", tasks, "--agent", agent, "--samples", "1", "--max-turns", "3", "--out", str(out))
+    trajectories = load_trajectories(str(out))
+    everything = [len(facts_told(t["task"], t["dialogue_history"])) == 2 for t in trajectories]
+    assert len(trajectories) == 30 and sum(everything) / len(everything) == told
+    assert all(t["rollout"]["agent"] == agent and t["max_turns"] == 3 for t in trajectories)
+    result = run_script("rollout.py", tasks, "--agent", agent, "--samples", "1", "--max-turns", "4", "--out", str(out),
+                        check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "made another way (max_turns 3 there, 4 now)" in result.stderr
+
+
+def test_warm_start_varies_turn_by_turn_and_stays_imperfect(tmp_path):
+    out = tmp_path / "warm.traj.jsonl"
+    run_script("-m", "colbench.warmstart", write_jsonl(tmp_path / "t.jsonl", easy_tasks("train")[:60]),
+               "--samples", "2", "--out", str(out))
+    rows = load_trajectories(str(out))
+    questions = [turn["content"] for r in rows for turn in r["dialogue_history"][1:-1] if turn["role"] == "assistant"]
+    replies = [turn["content"] for r in rows for turn in r["dialogue_history"][2:] if turn["role"] == "user"]
+    turns = Counter(sum(turn["role"] == "assistant" for turn in r["dialogue_history"]) for r in rows)
+    told = [len(facts_told(r["task"], r["dialogue_history"])) for r in rows]
+    assert len(set(questions)) > len(questions) / 2  # varied words, about varied subjects
+    assert DONT_KNOW in replies and ONE_AT_A_TIME in replies  # questions about what the task lacks, and two at once
+    assert all(turns[k] >= 10 for k in (1, 2, 3))  # answering at once, early or late
+    assert 0.2 < told.count(2) / len(rows) < 0.7  # imperfect on purpose
+    assert all(r["dialogue_history"][-1]["content"].startswith(ANSWER_MARKER) for r in rows)
+
+
 # ======================== 2. the protocol (colbench/env.py), the simulated human (colbench/simulators.py), servers
 
 def test_episode_ends_on_the_marker_or_the_last_turn():
@@ -347,37 +412,36 @@ def test_episode_ends_on_the_marker_or_the_last_turn():
     last = Episode(TIP_TASK, 1, max_turns=2)
     last.add_agent_turn(Reply("question?", "p", 1))
     last.add_human_turn("answer")
-    assert "last turn" in last.agent_view()[0]["content"]
     assert last.add_agent_turn(Reply("def tip(bill): return 1", "p", 1)) and last.answer == "def tip(bill): return 1"
+    assert last.record()["max_turns"] == 2 and turn_budget(last.record()) == 2
+    assert turn_budget({"task_id": "official file"}) == 10  # the official budget where none is recorded
 
 
-def test_official_prompt_style_states_the_budget_at_every_turn_and_adds_no_last_turn_note():
-    for style in PROMPT_STYLES:
-        episode = Episode(TIP_TASK, 0, max_turns=2, prompt_style=style)
-        systems = [episode.agent_view()[0]["content"]]
-        episode.add_agent_turn(Reply("What percent?", "p", 1))
-        episode.add_human_turn("18 percent.")
-        systems.append(episode.agent_view()[0]["content"])
-        budget = TURN_BUDGET_NOTE.format(max_turns=2)
-        if style == "official":
-            assert systems[0] == systems[1] and budget in systems[0] and LAST_TURN_NOTE not in systems[1]
-        else:
-            assert systems[0] + LAST_TURN_NOTE == systems[1] and budget not in systems[1]
+def test_the_prompt_states_the_budget_up_front_the_same_at_every_turn():
+    episode = Episode(TIP_TASK, 0, max_turns=2)
+    systems = [episode.agent_view()[0]["content"]]
+    episode.add_agent_turn(Reply("What percent?", "p", 1))
+    episode.add_human_turn("18 percent.")
+    systems.append(episode.agent_view()[0]["content"])
+    assert systems[0] == systems[1] and TURN_BUDGET_NOTE.format(max_turns=2) in systems[0]
+    assert agent_messages(TIP_TASK, episode.dialogue, 3)[0]["content"] != systems[0]
 
 
-def test_embedded_simulator_answers_from_facts_and_says_when_it_does_not_know():
+def test_embedded_simulator_answers_the_one_fact_asked_for_and_nothing_to_general_requests():
     simulator = EmbeddedSimulator()
 
     def ask(text):
         return simulator.reply(TIP_TASK, [{"role": "user", "content": "..."}, {"role": "assistant", "content": text}])
 
     assert ask("What percent of the bill should the tip be?") == "The tip is 18 percent of the bill."
-    assert ask("How should I round it?") == "Round the tip to 2 decimal places."
+    assert ask("How should the tip be rounded?") == "Round the tip to 2 decimal places."
+    assert ask("How many decimals?") == "Round the tip to 2 decimal places."
+    for general in ("Can you tell me more details?", "Is there anything else I need to know?",
+                    "Could you share your specific requirements and preferences?", "Tell me about the tip."):
+        assert ask(general) == DONT_KNOW, general  # 'tip' is in every fact: it names none of them
     assert ask("Which programming font do you like?") == DONT_KNOW
-    assert ask("Can you tell me more details?") == TIP_TASK["hidden_facts"][0]
-    assert ask("Tell me about the weather") in TIP_TASK["hidden_facts"]  # 'tell' asks for details
-    reply = ask("percent round bill tip decimal places")
-    assert len(reply) <= 400 and reply.count(".") <= 3 and "return" not in reply
+    assert ask("What percent, and how do I round?") == ONE_AT_A_TIME
+    assert ask("What percent, and how do I round to decimal places?") == "Round the tip to 2 decimal places."
 
 
 def test_simulator_derives_facts_from_code_when_a_task_has_none():
@@ -386,7 +450,8 @@ def test_simulator_derives_facts_from_code_when_a_task_has_none():
     assert "The number 15.5 matters in the calculation." in facts
     task = dict(TIP_TASK, hidden_facts=[],
                 ground_truth="def ship(weight):\n    if weight > 20:\n        return 15.5\n    return 5\n")
-    reply = EmbeddedSimulator().reply(task, [{"role": "assistant", "content": "Is there a weight limit?"}])
+    reply = EmbeddedSimulator().reply(task, [{"role": "assistant", "content": "Does something special happen at "
+                                                                             "some weight?"}])
     assert "weight is more than 20" in reply and "return" not in reply
 
 
@@ -1066,9 +1131,9 @@ def test_eval_missing_file_and_frontend_offline_without_clip_weights(tmp_path):
     page = trajectory("<html><body>hi</body></html>")
     page["task"] = {"task_id": "page", "problem_description": "A page.", "ground_truth": "<html><body>x</body></html>"}
     process, scored, summary = evaluate(write_jsonl(tmp_path / "front.jsonl", [page]))
-    assert process.returncode == 0 and "frontend image score: ssim" in process.stdout  # offline: SSIM, named
-    assert scored[0]["image_score"] == "ssim" and 0 < scored[0]["reward"] < 1
-    assert summary["frontend"]["image_score"] == "ssim"
+    assert process.returncode == 0 and "frontend image score: edge-color" in process.stdout  # offline, named
+    assert scored[0]["image_score"] == "edge-color" and 0 < scored[0]["reward"] < 1
+    assert summary["frontend"]["image_score"] == "edge-color"
 
 
 @pytest.mark.parametrize("flag, value, allowed", [
@@ -1281,10 +1346,12 @@ def scored(task, sample_idx, agent_turns, reward, human="I don't know."):
 
 
 def test_critic_loss_equals_hand_computed_values_and_log_2_when_critic_is_reference():
-    chosen, rejected = torch.tensor([1.0, 0.5]), torch.tensor([0.0, 1.5])
-    expected = (-math.log(1 / (1 + math.exp(-0.1))) - math.log(1 / (1 + math.exp(0.1)))) / 2  # margins ±0.1
+    chosen, rejected = torch.tensor([2.0, 0.5]), torch.tensor([0.0, 1.5])  # margins β(chosen − rejected): 0.2, −0.1
+    expected = (math.log(1 + math.exp(-0.2)) + math.log(1 + math.exp(0.1))) / 2  # −log σ(m) = log(1 + e^−m)
     assert critic.bradley_terry_loss(chosen, rejected, beta=0.1).item() == pytest.approx(expected, abs=1e-6)
-    assert expected == pytest.approx(0.694397, abs=1e-6)
+    assert expected == pytest.approx(0.671268, abs=1e-6)
+    # Unequal margins: a flipped sign, or chosen and rejected swapped, gives another value.
+    assert critic.bradley_terry_loss(rejected, chosen, beta=0.1).item() == pytest.approx(0.721268, abs=1e-6)
     logps = torch.log(torch.rand(20))
     advantage = critic.turn_advantages(logps, logps, [(3, 7), (12, 20)])
     assert advantage.tolist() == [0.0, 0.0]
@@ -1337,37 +1404,38 @@ def test_the_cosine_schedule_warms_up_over_3_percent_then_decays_to_a_tenth():
 def test_critic_prompt_holds_the_solution_and_spans_select_exactly_the_agent_tokens(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     dialogue = HISTORY + [{"role": "assistant", "content": CANDIDATES[0]}]
-    messages = critic.critic_messages(TIP_TASK, dialogue)
+    messages = critic.critic_messages(TIP_TASK, dialogue, 3)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
     assert TIP_TASK["ground_truth"].strip() in messages[0]["content"]
+    assert messages[0]["content"].endswith(agent_messages(TIP_TASK, dialogue, 3)[0]["content"])  # the agent's view
     ids, spans = tokenize_turns(tokenizer, messages)
     assert [tokenizer.decode(ids[a:b]) for a, b in spans] == [
         "What percent should the tip be?<|im_end|>", CANDIDATES[0] + "<|im_end|>"]
     outside = tokenizer.decode([ids[k] for k in range(len(ids)) if not any(a <= k < b for a, b in spans)])
     assert "return round(bill * 0.18, 2)" in outside and "What percent" not in outside
-    blind = critic.critic_messages(TIP_TASK, dialogue, use_solution=False)
-    assert TIP_TASK["ground_truth"].strip() not in blind[0]["content"]
+    blind = critic.critic_messages(TIP_TASK, dialogue, 3, use_solution=False)
+    assert blind == agent_messages(TIP_TASK, dialogue, 3)
 
 
 def test_critic_advantage_changes_with_the_solution_only_when_it_is_shown(two_model_critic):
     other_solution = dict(TIP_TASK, ground_truth="def tip(bill):\n    return bill * 0.25\n")
-    with_c = critic.score_candidates(two_model_critic, TIP_TASK, HISTORY, CANDIDATES)
+    with_c = critic.score_candidates(two_model_critic, TIP_TASK, HISTORY, 3, CANDIDATES)
     assert all(abs(a) > 1e-4 for a in with_c)
-    with_other_c = critic.score_candidates(two_model_critic, other_solution, HISTORY, CANDIDATES)
+    with_other_c = critic.score_candidates(two_model_critic, other_solution, HISTORY, 3, CANDIDATES)
     assert all(abs(a - b) > 1e-5 for a, b in zip(with_c, with_other_c))
     blind = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
                           use_solution=False)
-    assert (critic.score_candidates(blind, TIP_TASK, HISTORY, CANDIDATES)
-            == critic.score_candidates(blind, other_solution, HISTORY, CANDIDATES))
+    assert (critic.score_candidates(blind, TIP_TASK, HISTORY, 3, CANDIDATES)
+            == critic.score_candidates(blind, other_solution, HISTORY, 3, CANDIDATES))
 
 
 @pytest.mark.parametrize("normalize", [True, False])
 def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_critic, normalize):
     scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
                            normalize=normalize)
-    shared = critic.score_candidates(scorer, TIP_TASK, HISTORY, CANDIDATES)
+    shared = critic.score_candidates(scorer, TIP_TASK, HISTORY, 3, CANDIDATES)
     for candidate, score in zip(CANDIDATES, shared):
-        messages = critic.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}])
+        messages = critic.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}], 3)
         ids, spans = tokenize_turns(scorer.tokenizer, messages)
         with torch.no_grad():
             critic_logps = sequence_logps(scorer.model, [ids])[0]
@@ -1395,7 +1463,7 @@ def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory
     dialogues = [HISTORY + [{"role": "assistant", "content": c}, {"role": "user", "content": "ok"},
                             {"role": "assistant", "content": "I WANT TO ANSWER: def tip(bill): return bill"}]
                  for c in CANDIDATES[:3]]
-    encoded = [tokenize_turns(two_model_critic.tokenizer, critic.critic_messages(TIP_TASK, d)) for d in dialogues]
+    encoded = [tokenize_turns(two_model_critic.tokenizer, critic.critic_messages(TIP_TASK, d, 3)) for d in dialogues]
     with torch.no_grad():
         fast, _ = shared_prefix_logps(two_model_critic.model, [ids for ids, _ in encoded],
                                       min(spans[0][0] for _, spans in encoded))
@@ -1462,9 +1530,9 @@ def test_critic_max_length_drops_the_oldest_exchanges_and_keeps_the_problem_and_
     turns = ["first question?", "second question?", "I WANT TO ANSWER: def tip(bill): return 1"]
     trajectory = scored(TIP_TASK, 0, turns, 0.0, human="It is 18 percent.")
     dialogue = trajectory["dialogue_history"]
-    full_ids, full_spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, True, 10_000)
+    full_ids, full_spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, 10_000)
     assert (len(full_spans), dropped, note) == (3, 0, "")
-    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, True, len(full_ids) - 5)
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, len(full_ids) - 5)
     assert (len(spans), dropped, note) == (2, 1, "dropped the oldest 1 agent turn(s)")
     assert tokenizer.decode(ids[spans[0][0]:spans[0][1]]) == "second question?<|im_end|>"
     kept = tokenizer.decode(ids)
@@ -1472,7 +1540,7 @@ def test_critic_max_length_drops_the_oldest_exchanges_and_keeps_the_problem_and_
     assert TIP_TASK["problem_description"] in kept and TIP_TASK["ground_truth"].strip() in kept
     assert "first question?" not in kept and kept.count("It is 18 percent.") == 1
     assert kept.index(TIP_TASK["problem_description"]) < kept.index("second question?")
-    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, True, 10)
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, 10)
     assert (len(spans), dropped) == (1, 2)
     assert note == f"dropped the oldest 2 agent turn(s), still {len(ids)} tokens, kept whole"
     kept = tokenizer.decode(ids)
@@ -1534,7 +1602,7 @@ def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model)
     assert set(read_jsonl(out / "log.jsonl")[0]) >= {"step", "loss", "pair_accuracy", "margin", "tokens_per_s"}
     loaded = critic.load_critic(str(out))
     assert loaded.use_solution and loaded.normalize
-    assert len(critic.score_candidates(loaded, official[0]["task"], HISTORY, CANDIDATES[:2])) == 2
+    assert len(critic.score_candidates(loaded, official[0]["task"], HISTORY, 10, CANDIDATES[:2])) == 2
 
     ablation = run_script("critic.py", data, "--model", tiny_model, "--out", str(tmp_path / "ablation"),
                           "--epochs", "1", "--no-solution", "--no-normalize", "--gradient-checkpointing",
@@ -1560,10 +1628,38 @@ def test_critic_without_pairs_or_rewards_exits_with_a_clear_message(tmp_path, ti
     result = run_script("critic.py", ties, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
     assert result.returncode == 2 and "error: no pairs" in result.stderr and "Traceback" not in result.stderr
     without_reward = {k: v for k, v in scored(TIP_TASK, 0, ["a"], 0.5).items() if k != "reward"}
-    unscored = write_jsonl(tmp_path / "unscored.jsonl", [without_reward])
+    unscored = write_jsonl(tmp_path / "unscored.jsonl", [scored(TIP_TASK, 1, ["a"], 0.0), without_reward])
     result = run_script("critic.py", unscored, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)
-    assert result.returncode == 2 and "no numeric 'reward'" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {unscored}:2: missing field 'reward', which the critic needs: score the file with evaluate.py" \
+        in result.stderr
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("script, changes, line, expected", [
+    ("evaluate.py", [{"sample_idx": "0"}], 1, "field 'sample_idx' must be int, got str"),
+    ("evaluate.py", [{}, {"sample_idx": True}], 2, "field 'sample_idx' must be int, got bool"),
+    ("evaluate.py", [{}, {"task_id": ["tip"]}], 2, "field 'task_id' must be str, got list"),
+    ("evaluate.py", [{"dialogue_history": "hi"}], 1, "field 'dialogue_history' must be list, got str"),
+    ("evaluate.py", [{}, {"dialogue_history": [["user", "hi"]]}], 2, "dialogue_history[0] must be an object, got list"),
+    ("evaluate.py", [{"dialogue_history": [{"role": "user", "content": 3}]}], 1,
+     "dialogue_history[0]: field 'content' must be str, got int"),
+    ("evaluate.py", [{}, {}, {"sample_idx": 0}], 3,
+     "fields 'task_id', 'sample_idx': ('tip', 0) appears twice, on lines 1 and 3"),
+    ("critic.py", [{}, {"sample_idx": 0}], 2, "fields 'task_id', 'sample_idx': ('tip', 0) appears twice, on lines 1 and 2"),
+    ("critic.py", [{}, {"sample_idx": 1.0}], 2, "field 'sample_idx' must be int, got float"),
+    ("critic.py", [{}, {"reward": "1.0"}], 2, "field 'reward' must be a number, got str, which the critic needs"),
+    ("critic.py", [{"reward": True}, {}], 1, "field 'reward' must be a number, got bool, which the critic needs"),
+    ("critic.py", [{}, {"reward": float("nan")}], 2, "field 'reward' must be finite, got nan, which the critic needs"),
+])
+def test_stages_refuse_a_bad_trajectory_with_one_line_naming_file_line_and_field(tmp_path, script, changes, line,
+                                                                                 expected):
+    rows = [{**scored(TIP_TASK, k, ["a"], float(k % 2)), **change} for k, change in enumerate(changes)]
+    bad = write_jsonl(tmp_path / "bad.jsonl", rows)
+    result = run_script(script, bad, "--out", str(tmp_path / "out"), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(f"error: {bad}:{line}: {expected}")
+    assert os.listdir(tmp_path) == ["bad.jsonl"]  # refused before anything is written
 
 
 def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
@@ -1572,7 +1668,7 @@ def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
             "ground_truth": "<html><body><h1>Fresh bread</h1><p>Open daily.</p></body></html>"}
     turns = ["What colours do you like?", "I WANT TO ANSWER: <html><body><h1>Bread</h1></body></html>"]
     trajectory = scored(page, 0, turns, 0.6)
-    ids, spans, dropped, note = critic.fit_to_length(tokenizer, page, trajectory["dialogue_history"], True, 10_000)
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, page, trajectory["dialogue_history"], 3, True, 10_000)
     assert "<h1>Fresh bread</h1>" in tokenizer.decode(ids[:spans[0][0]]) and (len(spans), dropped, note) == (2, 0, "")
     assert tokenizer.decode(ids[spans[1][0]:spans[1][1]]).startswith("I WANT TO ANSWER: <html>")
 
@@ -1637,33 +1733,16 @@ def test_policy_pairs_cross_the_median_and_chosen_scores_higher():
     assert top_bottom_pairs([0.3] * 16, 4, rng) == []  # all equal: no preference, no pair
 
 
-def test_policy_last_turn_rule_for_frontend_pages():
-    from policy import ranking_keys
-    replies = ["Which colors?", "I WANT TO ANSWER: <html><body>x</body></html>", "Here: <html><body>y</body></html>"]
-    keys = ranking_keys(PAGE_TASK, [0.9, 0.1, 0.2], replies, last_turn=True)
-    assert min(keys[1], keys[2]) > keys[0] and keys[2] > keys[1]  # a page is an answer, with the marker or not
-
-
-def test_policy_last_turn_answers_outrank_questions_and_twins_reverse_early_pairs():
-    from policy import parser, ranking_keys, state_pairs
+def test_policy_pairs_follow_the_critic_alone_under_the_prompt_the_agent_saw():
+    from policy import state_pairs
     answer, question = ANSWER_MARKER + " def f(): return 1", "What should f return?"
     replies, scores = [question, question + " ", answer, answer + " "], [0.9, 0.8, 0.2, 0.1]
-    assert ranking_keys(TIP_TASK, scores, replies, last_turn=False) == scores
-    last = ranking_keys(TIP_TASK, scores, replies, last_turn=True)
-    assert min(last[2], last[3]) > max(last[0], last[1]) and last[2] > last[3]  # then by the critic's score
-    trajectory = {"task": TIP_TASK, "task_id": "t", "sample_idx": 0}
-    history = [{"role": "user", "content": "hi"}]
-    for flags, twins in (([], 0), (["--last-turn-twins"], 4)):
-        args = parser.parse_args(["x.jsonl", "--max-turns", "3", "--pairs-per-turn", "4", *flags])
-        rows = state_pairs(trajectory, 0, history, replies, scores, args, random.Random(0))
-        early = [r for r in rows if LAST_TURN_NOTE not in r["prompt"][0]["content"]]
-        reversed_ = [r for r in rows if LAST_TURN_NOTE in r["prompt"][0]["content"]]
-        assert len(early) == 4 and all(r["chosen"][0]["content"].startswith("What") for r in early)
-        assert len(reversed_) == twins and all(r["chosen"][0]["content"].startswith(ANSWER_MARKER) for r in reversed_)
-        dialogue = history + [{"role": "assistant", "content": "Which f?"}, {"role": "user", "content": "f"}] * 2
-        at_last = state_pairs(trajectory, 2, dialogue, replies, scores, args, random.Random(0))  # the real last turn
-        assert len(at_last) == 4 and all(r["chosen"][0]["content"].startswith(ANSWER_MARKER) for r in at_last)
-        assert all(LAST_TURN_NOTE in r["prompt"][0]["content"] for r in at_last)
+    trajectory = {"task": TIP_TASK, "task_id": "t", "sample_idx": 0, "max_turns": 3}
+    dialogue = [{"role": "user", "content": "hi"}] + [{"role": "assistant", "content": "Which f?"},
+                                                      {"role": "user", "content": "f"}] * 2
+    rows = state_pairs(trajectory, 2, dialogue, replies, scores, 4, random.Random(0))  # the last turn too
+    assert len(rows) == 4 and all(r["chosen"][0]["content"].startswith("What") for r in rows)
+    assert all(r["prompt"] == agent_messages(TIP_TASK, dialogue, 3) for r in rows)
 
 
 def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model, tmp_path):
@@ -1734,21 +1813,18 @@ def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(
     rollout_runs(out, tmp_path)
 
 
-@pytest.mark.parametrize("style", PROMPT_STYLES)
-def test_policy_scores_each_rollout_turn_under_the_prompt_the_agent_saw(tmp_path, tiny_model, style):
-    from baselines import agent_turn_sequences, parser
+def test_policy_scores_each_rollout_turn_under_the_prompt_the_agent_saw(tmp_path, tiny_model):
+    from baselines import agent_turn_sequences
     out = tmp_path / "traj.jsonl"
     run_script("rollout.py", write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK]), "--agent", tiny_model, "--samples", "2",
-               "--max-turns", "2", "--max-new-tokens", "4", "--prompt", style, "--out", str(out))
+               "--max-turns", "2", "--max-new-tokens", "4", "--out", str(out))
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    args = parser.parse_args(["x.jsonl", "--method", "rft", "--max-turns", "2", "--prompt", style])
     trajectories = load_trajectories(str(out))
     assert any(sum(t["role"] == "assistant" for t in r["dialogue_history"]) == 2 for r in trajectories)
     for trajectory in trajectories:
+        assert trajectory["max_turns"] == 2 and trajectory["rollout"]["agent"] == tiny_model
         prompts = [turn["input"] for turn in trajectory["dialogue_history"] if turn["role"] == "assistant"]
-        assert [LAST_TURN_NOTE in p for p in prompts] == [style == "default" and k == 1 for k in range(len(prompts))]
-        sequences = agent_turn_sequences(tokenizer, trajectory, args)
-        assert len(sequences) == (2 if style == "default" and len(prompts) == 2 else 1)
+        sequences = agent_turn_sequences(tokenizer, trajectory)
         # the text before each scored turn is the prompt rollout.py recorded for it
         assert [tokenizer.decode(ids[:start], clean_up_tokenization_spaces=False)
                 for ids, spans in sequences for start, _ in spans] == prompts
@@ -1773,8 +1849,7 @@ def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_f
 @pytest.mark.parametrize("method, data_file", [("mt-dpo", "pairs.jsonl"), ("rft", "sft.jsonl")])
 def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, data_file):
     out = str(tmp_path / method)
-    result = run_script("baselines.py", scored_file, "--method", method, "--model", tiny_model, "--out", out,
-                        "--max-turns", "2")  # each last turn saw a last-turn note: scored in a pass of its own
+    result = run_script("baselines.py", scored_file, "--method", method, "--model", tiny_model, "--out", out)
     assert "done:" in result.stdout
     rows = read_jsonl(f"{out}/{data_file}")
     if method == "mt-dpo":  # rewards 1.0, 0.3, 0.0: three pairs, each whole dialogue after the problem
@@ -1987,17 +2062,17 @@ def test_frontend_simulator_answers_questions_with_the_reference_pages_values():
 
 
 def test_frontend_warm_start_asks_then_writes_a_compact_page_of_what_it_was_told():
-    from colbench.warmstart import scripted_dialogue
-    record = scripted_dialogue(PAGE_TASK, 0, "ask twice", random.Random(0))
+    from colbench.warmstart import frontend_dialogue
+    record = frontend_dialogue(PAGE_TASK, 0, "ask twice", random.Random(0))
     turns = record["dialogue_history"]
     assert [t["role"] for t in turns] == ["user", "assistant", "user", "assistant", "user", "assistant"]
     page = html_page(turns[-1]["content"])
     assert turns[-1]["content"].startswith(ANSWER_MARKER) and record["answer"] == page
     assert all(value in page for value in ("#0f1c3f", "#d4a017", "Georgia,serif", "Golden Crust", ">Visit<"))
     assert len(page) < len(PAGE) + 200  # compact: a 135M model writes it in a few hundred tokens
-    slip = scripted_dialogue(PAGE_TASK, 0, "ask twice, miscopy", random.Random(3))
+    slip = frontend_dialogue(PAGE_TASK, 0, "ask twice, miscopy", random.Random(3))
     assert html_page(slip["answer"]) != page  # one color wrong
-    at_once = scripted_dialogue(PAGE_TASK, 0, "answer at once", random.Random(0))
+    at_once = frontend_dialogue(PAGE_TASK, 0, "answer at once", random.Random(0))
     assert len(at_once["dialogue_history"]) == 2 and at_once["answer"] == page  # the reference's values, remembered
 
 
@@ -2012,7 +2087,7 @@ def test_frontend_vision_endpoint_gets_both_screenshots(stub_server):
     assert sum(part["type"] == "image_url" for part in StubOpenAI.requests_seen[-1]["messages"][1]["content"]) == 1
 
 
-# --- scoring: the offline image score (SSIM), CLIP cosine, and win rate
+# --- scoring: the offline image score (edge-color), CLIP cosine, and win rate
 
 def planted_page(changed):
     """PAGE with the first `changed` of its parts recolored: the navigation bar, the title, then each section."""
@@ -2028,21 +2103,35 @@ def planted_page(changed):
 
 
 @pytest.mark.parametrize("page_kind", ["dark", "light"])
-def test_frontend_structural_similarity_on_planted_pages(page_kind):
+def test_frontend_edge_color_on_planted_pages(page_kind):
     pages = [planted_page(changed) for changed in range(5)]
     if page_kind == "light":
         pages = [page.replace("background:#0f1c3f;color:#f5f5f5", "background:#fdf6e3;color:#3b2f2f") for page in pages]
-    scorer = frontend.StructuralSimilarity()
+    scorer = frontend.EdgeColorSimilarity()
     scores = scorer.similarity(render_many(pages, full_page=True), render_many([pages[0]] * 5, full_page=True))
     assert scores[0] == pytest.approx(1.0)                                         # the same page
     assert all(a > b for a, b in zip(scores, scores[1:]))                          # more changed, lower
-    assert 0.3 < scores[1] < 0.999                                                 # one color changed: between
+    assert 0.5 < scores[1] < 0.999                                                 # one color changed: between
     blank, failed = scorer.similarity([render("<html><body></body></html>"), frontend.failed_image()],
                                       [render(pages[0], full_page=True)] * 2)
-    # A blank page scores low: below the page with every part changed. It keeps about the share of the page that is
-    # plain background (more on a light page than on a dark one); a page that failed to render, nothing.
-    assert blank < scores[-1] and blank < (0.3 if page_kind == "dark" else 0.45) and failed < 0.05
-    assert scorer.name == "ssim" and "clip" not in scorer.name
+    # No edges, no score: a blank page and a page that failed to render (the black image) both score 0.
+    assert blank == failed == 0.0 < scores[-1]
+    assert scorer.name == "edge-color" and "clip" not in scorer.name
+
+
+def test_frontend_edge_color_ranks_a_blank_page_below_a_restyled_one():
+    """The pages on which SSIM ranked a blank page (0.24) above the page with every color changed (0.21)."""
+    recolored = PAGE.replace("body{background:#0f1c3f", "body{background:#6a1b9a")
+    every_color = (PAGE.replace("body{background:#0f1c3f;color:#f5f5f5", "body{background:#f1f8e9;color:#1b5e20")
+                   .replace("nav{background:#d4a017", "nav{background:#37474f")
+                   .replace("nav a{color:#0f1c3f", "nav a{color:#ffeb3b"))
+    retitled = every_color.replace("Golden Crust", "Silver Spoon Diner")
+    images = render_many([PAGE, recolored, every_color, retitled, "<html><body></body></html>"], full_page=True)
+    same, one_color, all_colors, all_and_title, blank, failed = frontend.EdgeColorSimilarity().similarity(
+        images + [frontend.failed_image()], [images[0]] * 6)
+    assert same == pytest.approx(1.0)
+    assert 0.999 > one_color > all_colors > all_and_title > blank >= failed  # the more changed, the lower
+    assert failed == 0.0
 
 
 def test_frontend_clip_cosine_with_a_tiny_random_clip(tiny_clip):
@@ -2078,10 +2167,10 @@ def test_frontend_rollout_two_turns_then_clip_evaluation_and_win_rate(tmp_path, 
                         "--against", scored)
     assert "win rate against" in result.stdout
     assert "50.0% over 2 matched tasks (0 wins, 2 ties, 0 losses)" in result.stdout
-    # offline, without --clip: SSIM, named so; a file scored by CLIP is never compared with it
+    # offline, without --clip: edge-color, named so; a file scored by CLIP is never compared with it
     result = run_script("evaluate.py", trajectories, "--out", str(tmp_path / "s3.jsonl"))
-    assert "frontend image score: ssim" in result.stdout
-    assert {r["image_score"] for r in read_jsonl(tmp_path / "s3.jsonl")} == {"ssim"}
+    assert "frontend image score: edge-color" in result.stdout
+    assert {r["image_score"] for r in read_jsonl(tmp_path / "s3.jsonl")} == {"edge-color"}
     assert all(r["reward"] < 0.1 for r in read_jsonl(tmp_path / "s3.jsonl"))  # no page: the black image
     result = run_script("evaluate.py", trajectories, "--out", str(tmp_path / "s4.jsonl"), "--against", scored,
                         check=False)
@@ -2330,4 +2419,5 @@ def test_docs_point_at_the_definitions_they_name(document, at_least):
     assert len(entries) >= at_least
     for path, line, name in entries:
         with open(os.path.join(ROOT, path)) as f:
-            assert re.match(rf"(def|class) {name}\b", f.read().split("\n")[int(line) - 1]), f"{path}:{line} {name}"
+            definition = rf"(def|class) {name}\b|{name} = "  # a function, a class, or a constant (demo SETTINGS)
+            assert re.match(definition, f.read().split("\n")[int(line) - 1]), f"{path}:{line} {name}"
