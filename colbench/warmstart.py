@@ -30,8 +30,8 @@ from colbench.scripted import subject_words
 from colbench.simulators import EmbeddedSimulator, facts_told, hidden_facts
 
 # A backend turn before the last: the weights of what the script asks, and how likely it answers instead.
-MOVES = {"an untold fact": 13, "a subject the task lacks": 5, "nothing in particular": 1, "two things at once": 1}
-ANSWER_EARLY = {"some facts untold": 0.15, "every fact told": 0.6}
+MOVES = {"an untold fact": 16, "a subject the task lacks": 3, "nothing in particular": 1, "two things at once": 1}
+ANSWER_EARLY = {"some facts untold": 0.15, "every fact told": 0.85}
 SLIP = 0.1  # the chance that an answer miscopies one told number
 SUBJECT_QUESTIONS = ["What is the {}?", "Could you tell me the {}?", "How about the {}?", "What {} do you want?",
                      "Is there a {}?", "Can you give me the {}?", "What should the {} be?", "Tell me about the {}."]
