@@ -635,8 +635,8 @@ def test_rollout_with_tiny_model_writes_the_trajectory_schema(tmp_path, tiny_mod
 
 def test_rollout_defaults_its_output_under_runs(tmp_path, tiny_model):
     tasks = write_jsonl(tmp_path / "mytasks.jsonl", [TIP_TASK])
-    result = run_script(os.path.join(ROOT, "rollout.py"), tasks, "--agent", tiny_model, "--max-turns", "1",
-                        "--max-new-tokens", "4", cwd=tmp_path)
+    result = run_script(os.path.join(ROOT, "rollout.py"), tasks, "--agent", tiny_model, "--samples", "1",
+                        "--max-turns", "1", "--max-new-tokens", "4", cwd=tmp_path)
     assert "runs/mytasks.traj.jsonl" in result.stdout
     assert len(read_jsonl(tmp_path / "runs" / "mytasks.traj.jsonl")) == 1
 
@@ -644,8 +644,8 @@ def test_rollout_defaults_its_output_under_runs(tmp_path, tiny_model):
 def test_rollout_resumes_after_kill_9_without_duplicates_or_torn_lines(tmp_path, tiny_model):
     tasks = write_jsonl(tmp_path / "tasks.jsonl", [dict(TIP_TASK, task_id=f"t{i}") for i in range(6)])
     out = tmp_path / "traj.jsonl"
-    command = [sys.executable, "rollout.py", tasks, "--agent", tiny_model, "--max-turns", "3", "--batch-size", "1",
-               "--max-new-tokens", "48", "--out", str(out)]
+    command = [sys.executable, "rollout.py", tasks, "--agent", tiny_model, "--samples", "1", "--max-turns", "3",
+               "--batch-size", "1", "--max-new-tokens", "48", "--out", str(out)]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
@@ -666,8 +666,8 @@ def test_rollout_with_url_agent_and_url_simulator(tmp_path, stub_server):
     other = dict(TIP_TASK, task_id="other", problem_description="Something else")
     tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK, other])
     out = tmp_path / "traj.jsonl"
-    result = run_script("rollout.py", tasks, "--agent", stub_server, "--simulator", stub_server, "--max-turns", "2",
-                        "--out", str(out))
+    result = run_script("rollout.py", tasks, "--agent", stub_server, "--simulator", stub_server, "--samples", "1",
+                        "--max-turns", "2", "--out", str(out))
     records = {r["task_id"]: r for r in read_jsonl(out)}
     assert records["tip"]["answer"].startswith("def tip(bill):") and len(records["tip"]["dialogue_history"]) == 2
     assert len(records["other"]["dialogue_history"]) == 4  # asked, was answered, then had to answer
@@ -1787,8 +1787,8 @@ def test_policy_shared_prompt_logps_and_gradients_equal_full_sequence_ones(tiny_
 
 def rollout_runs(policy_dir, tmp_path):
     tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK])
-    result = run_script("rollout.py", tasks, "--agent", policy_dir, "--max-turns", "1", "--max-new-tokens", "4",
-                        "--out", str(tmp_path / "after.traj.jsonl"))
+    result = run_script("rollout.py", tasks, "--agent", policy_dir, "--samples", "1", "--max-turns", "1",
+                        "--max-new-tokens", "4", "--out", str(tmp_path / "after.traj.jsonl"))
     assert "done: 1 trajectories" in result.stdout
 
 
@@ -2153,8 +2153,8 @@ def test_frontend_win_rate_counts_ties_half():
 def test_frontend_rollout_two_turns_then_clip_evaluation_and_win_rate(tmp_path, tiny_model, tiny_clip):
     tasks = write_jsonl(tmp_path / "front.jsonl", [dict(PAGE_TASK, task_id=f"page{i}") for i in range(2)])
     trajectories, scored = str(tmp_path / "t.jsonl"), str(tmp_path / "s.jsonl")
-    run_script("rollout.py", tasks, "--agent", tiny_model, "--max-turns", "2", "--max-new-tokens", "8",
-               "--out", trajectories)
+    run_script("rollout.py", tasks, "--agent", tiny_model, "--samples", "1", "--max-turns", "2",
+               "--max-new-tokens", "8", "--out", trajectories)
     for record in read_jsonl(trajectories):
         assert [t["role"] for t in record["dialogue_history"]] == ["user", "assistant", "user", "assistant"]
         assert record["dialogue_history"][2]["content"].startswith(frontend.NO_PAGE)  # the tiny model writes no page
