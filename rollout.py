@@ -1,16 +1,16 @@
 """Stage 1 of SWEET-RL: multi-turn dialogues of an agent with a simulated human on ColBench tasks.
 
-    python rollout.py colbench/tasks/backend_train.jsonl           # -> runs/backend_train.traj.jsonl
+    python rollout.py colbench/tasks/backend_train.jsonl       # -> runs/backend_train.traj.jsonl
 
-Each task is played --samples times. The agent (a Hugging Face model, the embedded SmolLM2-135M-Instruct
-by default, or an OpenAI-compatible URL) talks with the simulated human (colbench/simulators.py) for at
-most --max-turns agent turns, under the protocol of colbench/env.py. Up to --batch-size dialogues advance
-together, one batched generate per turn; finished ones drop out and waiting ones take their place.
-Each trajectory is written as one line as soon as it ends, with how it was made (`max_turns`, and `rollout`:
-the agent, the simulator, the sampling); the same command again resumes, skipping the (task_id, sample_idx)
-pairs already written, so a killed run loses only the dialogues in flight. A resume into a file made
-another way is refused. `--agent scripted:fixed` and `scripted:by-subject` are the reference scripts of
-colbench/scripted.py.
+Each task is played --samples times. The agent (a Hugging Face model, the embedded
+SmolLM2-135M-Instruct by default, or an OpenAI-compatible URL) talks with the simulated human
+(colbench/simulators.py) for at most --max-turns agent turns, under the protocol of colbench/env.py.
+Up to --batch-size dialogues advance together, one batched generate per turn; finished ones drop out
+and waiting ones take their place. Each trajectory is written as one line as soon as it ends, with
+how it was made (`max_turns`, and `rollout`: the agent, the simulator, the sampling); the same
+command again resumes, skipping the (task_id, sample_idx) pairs already written, so a killed run
+loses only the dialogues in flight. A resume into a file made another way is refused. `--agent
+scripted:fixed` and `scripted:by-subject` are the reference scripts of colbench/scripted.py.
 """
 import argparse
 import collections
@@ -21,8 +21,10 @@ import time
 import torch
 from tqdm import tqdm
 
-from colbench.cli import fail, is_url, non_negative_float, non_negative_int, positive_int, require_server
-from colbench.data import DataError, JsonlAppender, default_output, finished_keys, load_tasks, read_jsonl
+from colbench.cli import (fail, is_url, non_negative_float, non_negative_int, positive_int,
+                          require_server)
+from colbench.data import (DataError, JsonlAppender, default_output, finished_keys, load_tasks,
+                           read_jsonl)
 from colbench.env import Episode, turn_budget
 from colbench.models import DTYPES, open_chat
 from colbench.scripted import AGENTS, ScriptedAgent
@@ -30,28 +32,36 @@ from colbench.simulators import make_simulator
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("tasks", help="tasks JSONL (ColBench schema)")
-parser.add_argument("--out", help="trajectories JSONL to write or resume (default runs/<stem>.traj.jsonl)")
+parser.add_argument("--out",
+                    help="trajectories JSONL to write or resume (default runs/<stem>.traj.jsonl)")
 parser.add_argument("--agent", default="embedded",
-                    help="model folder, hub id, 'embedded', an OpenAI-compatible URL, or " + " / ".join(AGENTS))
-parser.add_argument("--simulator", default="embedded", help="'embedded', an OpenAI-compatible URL, or a model")
+                    help="model folder, hub id, 'embedded', an OpenAI-compatible URL, or "
+                         + " / ".join(AGENTS))
+parser.add_argument("--simulator", default="embedded",
+                    help="'embedded', an OpenAI-compatible URL, or a model")
 parser.add_argument("--samples", type=positive_int, default=5, help="trajectories per task (K)")
 parser.add_argument("--limit", type=positive_int, help="use only the first N tasks")
-parser.add_argument("--max-turns", type=positive_int, default=3, help="agent turns per dialogue at most")
+parser.add_argument("--max-turns", type=positive_int, default=3,
+                    help="agent turns per dialogue at most")
 parser.add_argument("--temperature", type=non_negative_float, default=0.7,
                     help="agent sampling temperature (0 = greedy)")
-parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens per agent reply at most")
-parser.add_argument("--batch-size", type=positive_int, default=8, help="dialogues live at once (one batched generate)")
+parser.add_argument("--max-new-tokens", type=positive_int, default=64,
+                    help="tokens per agent reply at most")
+parser.add_argument("--batch-size", type=positive_int, default=8,
+                    help="dialogues live at once (one batched generate)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
-                    help="a local agent's precision; auto: bf16 where the hardware computes it natively, else fp32")
+                    help="a local agent's precision; auto: bf16 where the hardware computes it "
+                         "natively, else fp32")
 parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for sampling")
 
 
 def made_another_way(path, made):
-    """What differs between how `made` says a trajectory is made and how the first line of `path` was."""
+    """What differs between how `made` says a trajectory is made and how the first line of `path`
+    was."""
     for _, record in read_jsonl(path, allow_empty=True):
         theirs = dict(record.get("rollout", {}), max_turns=turn_budget(record))
-        return [f"{field} {theirs.get(field)!r} there, {value!r} now" for field, value in made.items()
-                if theirs.get(field) != value]
+        return [f"{field} {theirs.get(field)!r} there, {value!r} now"
+                for field, value in made.items() if theirs.get(field) != value]
     return []
 
 
@@ -69,27 +79,30 @@ def main(args):
     except DataError as e:
         fail(e)
     if differs:
-        fail(f"{out} holds trajectories made another way ({'; '.join(differs)}): pass another --out")
+        fail(f"{out} holds trajectories made another way ({'; '.join(differs)}): pass another "
+             "--out")
     # A dead server is reported now, in seconds, not after a local model has loaded.
     for flag, spec in (("--agent", args.agent), ("--simulator", args.simulator)):
         if is_url(spec):
             require_server(flag, spec)
     waiting = collections.deque((task, k) for task in tasks for k in range(args.samples)
                                 if (task["task_id"], k) not in done)
-    print(f"{len(tasks)} tasks x {args.samples} samples: {len(done)} already in {out}, {len(waiting)} to run",
-          flush=True)
+    print(f"{len(tasks)} tasks x {args.samples} samples: {len(done)} already in {out}, "
+          f"{len(waiting)} to run", flush=True)
     agent = (ScriptedAgent(args.agent, tasks, args.max_turns) if args.agent in AGENTS
              else open_chat(args.agent, dtype=args.dtype))
     simulator = make_simulator(args.simulator)
 
     finished, tokens, start = [], 0, time.time()
     live = []
-    with JsonlAppender(out) as writer, tqdm(total=len(waiting), desc="dialogues", unit="dlg") as bar:
+    bar = tqdm(total=len(waiting), desc="dialogues", unit="dlg")
+    with JsonlAppender(out) as writer, bar:
         while waiting or live:
             while waiting and len(live) < args.batch_size:
                 live.append(Episode(*waiting.popleft(), max_turns=args.max_turns))
             # One batched agent turn for every live dialogue.
-            replies = agent.chat([episode.agent_view() for episode in live], args.max_new_tokens, args.temperature)
+            views = [episode.agent_view() for episode in live]
+            replies = agent.chat(views, args.max_new_tokens, args.temperature)
             tokens += sum(reply.tokens for reply in replies)
             still_talking = []
             for episode, reply in zip(live, replies):
@@ -100,7 +113,8 @@ def main(args):
                 else:
                     still_talking.append(episode)
             # The human answers every dialogue that goes on.
-            answers = simulator.respond([(episode.task, episode.dialogue) for episode in still_talking])
+            asked = [(episode.task, episode.dialogue) for episode in still_talking]
+            answers = simulator.respond(asked)
             for episode, answer in zip(still_talking, answers):
                 episode.add_human_turn(answer)
             live = still_talking
