@@ -24,7 +24,8 @@ from colbench.cli import (fail, fraction, non_negative_float, non_negative_int, 
                           trajectories_or_fail)
 from colbench.data import default_output, succeeded, task_subset, write_jsonl
 from colbench.env import agent_messages, turn_budget
-from colbench.models import DTYPES, SCHEDULES, compute_dtype, describe_dtype, load_model, plain_messages, shares_prefix
+from colbench.fast_logps import shares_prefix
+from colbench.models import DTYPES, SCHEDULES, compute_dtype, describe_dtype, load_model, plain_messages
 from critic import PAIRINGS, preference_pairs
 from policy import completion_logps, reference_logps, save, tokenize_completion, train
 

@@ -22,8 +22,8 @@ sampling_in_place: seconds of one sampled agent turn for the 210 dialogues of th
 test tasks x 7, replies of at most 64 tokens, sample_shrinking_batch), the KV cache grown with torch.cat at
 every step (transformers' DynamicLayer) over the cache written into room reserved for it (ReservedLayer); both
 with glibc's default allocator settings. keep_freed_memory (measured within it): the cache written in place,
-with glibc's defaults over with freed memory kept in the process (models.keep_freed_memory, what load_model
-sets). The same tokens all three ways (the same seed, the same numbers). Target: >= 1x each.
+with glibc's defaults over with freed memory kept in the process (fast_sampling.keep_freed_memory, what
+load_model sets). The same tokens all three ways (the same seed, the same numbers). Target: >= 1x each.
 
 prefix_no_logits (measured within critic_batching): critic training tokens/s with the shared beginning's
 forward pass asked for its last logits only (`shared_prefix_logps`: logits_to_keep=1) over the same pass
@@ -76,8 +76,10 @@ import time
 import requests
 import torch
 
-from colbench.models import (EMBEDDED_GGUF, autocast, chat_text, compute_dtype, embedded_model_dir, keep_freed_memory,
-                             load_model, sample_shrinking_batch, token_logps, tokenize_turns)
+from colbench.fast_logps import token_logps
+from colbench.fast_sampling import keep_freed_memory, sample_shrinking_batch
+from colbench.models import (EMBEDDED_GGUF, autocast, chat_text, compute_dtype, embedded_model_dir, load_model,
+                             tokenize_turns)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RATIOS = ("rollout_batching", "rollout_all_at_once", "sampling_in_place", "rollout_vs_llamacpp", "critic_batching",
@@ -483,7 +485,8 @@ def bench_critic_batching(tasks=5, samples=6, turn_tokens=60):
     does) over one sequence_logps each."""
     from colbench.data import load_tasks
     from critic import bradley_terry_loss, turn_advantages
-    from colbench.models import sequence_logps, shared_prefix_logps
+    from colbench.fast_logps import shared_prefix_logps
+    from colbench.models import sequence_logps
     dtype, why = compute_dtype("auto")
     tokenizer = load_model(None)[1]
     views = critic_views(tokenizer, load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_train.jsonl"))[:tasks],

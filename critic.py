@@ -29,8 +29,9 @@ from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, 
                           positive_int, trajectories_or_fail)
 from colbench.data import default_output, succeeded, task_kind, write_jsonl
 from colbench.env import agent_messages, turn_budget
+from colbench.fast_logps import shared_prefix_logps, shares_prefix
 from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype, load_model,
-                             resolve_model, sequence_logps, shared_prefix_logps, shares_prefix, tokenize_turns)
+                             resolve_model, sequence_logps, tokenize_turns)
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
 
 PAIRINGS = ("all", "official")  # the rules of preference_pairs
@@ -233,7 +234,7 @@ def by_task(keys):
 def task_logps(model, views, keys, share_prefix=True):
     """{key: [len - 1] token log-probs} of one task's trajectories. The plain way: a forward pass each.
     The fast way (share_prefix): the beginning they all share (system prompt, c, the problem) is encoded
-    once and its KV cache serves each (colbench.models.shared_prefix_logps; a test holds the two equal)."""
+    once and its KV cache serves each (colbench.fast_logps.shared_prefix_logps; a test holds the two equal)."""
     sequences = [views[k]["ids"] for k in keys]
     if not share_prefix:
         return {k: sequence_logps(model, [ids])[0] for k, ids in zip(keys, sequences)}

@@ -27,9 +27,9 @@ from colbench.cli import (at_least, fail, fraction, non_negative_float, non_nega
                           require_server, server_url, trajectories_or_fail)
 from colbench.data import DataError, default_output, read_jsonl, task_subset, write_jsonl
 from colbench.env import agent_messages, turn_budget
+from colbench.fast_logps import shared_prefix_logps, shares_prefix
 from colbench.models import (DTYPES, SCHEDULES, EndpointChat, adamw, autocast, chat_text, compute_dtype,
-                             describe_dtype, generate, load_model, plain_messages, sequence_logps,
-                             shared_prefix_logps, shares_prefix, tokenize_turns)
+                             describe_dtype, generate, load_model, plain_messages, sequence_logps, tokenize_turns)
 from critic import load_critic, score_candidates
 
 RANDOM_CRITIC = "random"  # --critic random: a random score per distinct reply, a control for what the ranking adds
@@ -162,7 +162,7 @@ def completion_logps(model, sequences, share_prompt=True):
     """Summed log-probs of the completion tokens (the spans) of sequences, their token counts, and the
     tokens processed: [n], [n], int. The plain way: each sequence encoded whole. The fast way
     (share_prompt): the tokens all sequences begin with (the prompt) encoded once, its KV cache serving
-    each (colbench.models.shared_prefix_logps; gradients flow through the cache)."""
+    each (colbench.fast_logps.shared_prefix_logps; gradients flow through the cache)."""
     ids_list = [ids for ids, _ in sequences]
     if not share_prompt:
         logps, shared = sequence_logps(model, ids_list), 1  # nothing shared: every token encoded in its row

@@ -37,8 +37,9 @@ from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_flo
                           positive_int, require_server)
 from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, TURN_BUDGET_NOTE, Episode, agent_messages, html_page, turn_budget
-from colbench.models import (EndpointChat, ReservedLayer, Reply, TargetLogSoftmax, chat_text, keep_freed_memory,
-                             load_model, sample_plain, sample_shrinking_batch, sequence_logps, shared_prefix_logps,
+from colbench.fast_logps import TargetLogSoftmax, shared_prefix_logps
+from colbench.fast_sampling import ReservedLayer, keep_freed_memory, sample_shrinking_batch
+from colbench.models import (EndpointChat, Reply, chat_text, load_model, sample_plain, sequence_logps,
                              tokenize_turns)
 from colbench.render import render, render_many
 from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value

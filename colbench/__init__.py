@@ -6,10 +6,12 @@ data.py        reading tasks and trajectories (JSONL) with clear errors, output 
 demo.py        `make demo` / `make experiment`: the whole chain on the embedded model, one results table
 distributed.py torchrun in one place: ranks, DDP or FSDP2 wrapping, padded shares, gathers, checkpoints
 env.py         the interaction protocol: the agent's prompt, the answer marker, a dialogue's turns
+fast_logps.py  token log-probs the fast way (a shared prefix encoded once), held equal to models.py's
+fast_sampling.py  sampling the fast way (a batch that shrinks as replies end), held equal to models.py's
 frontend.py    frontend tasks: the embedded human's page comparison, vision prompts, CLIP scoring, win rate
 judge.py       the critic as a judge of final answers, checked against the tests
-models.py      the embedded default model, loading any Hugging Face causal LM, chat formatting,
-               token log-probs, batched generation, OpenAI-compatible servers
+models.py      the plain way: the embedded default model, loading any Hugging Face causal LM, chat
+               formatting, token log-probs, batched sampling, OpenAI-compatible servers
 render.py      screenshots of HTML pages with headless chromium, offline and time-limited
 report.py      one HTML page of a run: dialogues shaded by the critic's advantages, training curves
 sandbox.py     where model-written code runs, never in the evaluator's own process

@@ -1,12 +1,12 @@
-"""Language models: the embedded default, any Hugging Face causal LM, and OpenAI-compatible servers.
+"""Language models, the plain way: the embedded default, any Hugging Face causal LM, and OpenAI-compatible servers.
 
 One definition each of: where the embedded model lives, how a model is loaded, how messages
-become a prompt (the tokenizer's own chat template), how a batch is generated, how token
-log-probs are computed (`sequence_logps`, the plain way; `shared_prefix_logps`, the same numbers
-with a shared prefix encoded once). Every stage imports these.
+become a prompt (the tokenizer's own chat template), how token log-probs are computed
+(`sequence_logps`), how a batch is sampled. Every stage imports these. The fast ways of the same
+numbers are named apart: colbench/fast_logps.py (a shared prefix encoded once) and
+colbench/fast_sampling.py (a batch that shrinks as replies end, which `generate` runs by default).
 """
 import concurrent.futures
-import ctypes
 import importlib.util
 import json
 import math
@@ -16,7 +16,8 @@ import time
 
 import requests
 import torch
-from transformers.cache_utils import DynamicLayer
+
+from colbench.fast_sampling import keep_freed_memory, sample_shrinking_batch
 
 EMBEDDED = "embedded"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -95,20 +96,6 @@ def autocast(device, dtype):
     """Forward passes of fp32 master weights in `dtype`: bf16 autocast, or nothing for fp32."""
     device_type = device.type if isinstance(device, torch.device) else device
     return torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
-
-
-def keep_freed_memory(keep=True):
-    """glibc gives every freed block over 32 MB (logits, KV caches) back to the system and maps the next
-    one anew, each of its pages faulted in and zeroed (bench.py keep_freed_memory: sampling 1.2x faster
-    without that). With keep, freed memory stays in the process for the next block (mallopt: M_MMAP_MAX
-    0, M_TRIM_THRESHOLD 2 GiB); the peak grows a little (+0.1 GB for critic_peak_gb). keep=False restores
-    glibc's defaults. No effect where the C library is not glibc."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (AttributeError, OSError, TypeError):  # macOS, Windows: no mallopt
-        return
-    mallopt(-4, 0 if keep else 65536)  # M_MMAP_MAX: how many blocks may have their own mapping
-    mallopt(-1, 2**31 - 1 if keep else 128 * 1024)  # M_TRIM_THRESHOLD: free bytes kept at the heap's top
 
 
 def load_model(name=None, trainable=False, device=None, dtype=None):
@@ -197,47 +184,6 @@ def tokenize_turns(tokenizer, messages):
     return ids, spans
 
 
-def token_logps(model, input_ids, attention_mask, past_key_values=None):
-    """log p(token_i | tokens_<i) for i >= 1: [batch, seq] ids -> [batch, seq - 1] log-probs.
-
-    With `past_key_values`, `input_ids` continues a cached prefix and the log-probs start at its
-    second token (the first one's prediction belongs to the prefix's last logits)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, cache=past_key_values).logits
-    return TargetLogSoftmax.apply(logits[:, :-1], input_ids[:, 1:])
-
-
-class TargetLogSoftmax(torch.autograd.Function):
-    """log_softmax(logits)[target] in fp32, a few positions at a time, with the gradient written out.
-
-    The same numbers as `logits.float().log_softmax(-1).gather(-1, targets)`, in less memory: that
-    formula keeps an fp32 copy of the [batch, seq, vocab] logits for the backward pass and makes
-    several more in it (about 1.5 GB at 2 x 1024 tokens of SmolLM2's 49k vocabulary). This keeps only
-    the logits as they came (bf16 under autocast) and recomputes the softmax chunk by chunk."""
-
-    @staticmethod
-    def pieces(length, positions=128):  # 2 x 128 positions x 49152 fp32 logits: 50 MB a piece
-        return [slice(i, i + positions) for i in range(0, length, positions)]
-
-    @staticmethod
-    def forward(ctx, logits, targets):  # [batch, seq, vocab], [batch, seq] -> [batch, seq]
-        logps = torch.empty(targets.shape, dtype=torch.float32, device=logits.device)
-        for cut in TargetLogSoftmax.pieces(logits.shape[1]):
-            piece = logits[:, cut].float()
-            logps[:, cut] = piece.gather(-1, targets[:, cut].unsqueeze(-1)).squeeze(-1) - piece.logsumexp(-1)
-        ctx.save_for_backward(logits, targets)
-        return logps
-
-    @staticmethod
-    def backward(ctx, grad):  # d log p(target) / d logits = one_hot(target) - softmax(logits)
-        logits, targets = ctx.saved_tensors
-        grad_logits = torch.empty_like(logits)
-        for cut in TargetLogSoftmax.pieces(logits.shape[1]):
-            g = grad[:, cut].unsqueeze(-1)
-            piece = logits[:, cut].float().softmax(-1).mul_(-g)
-            grad_logits[:, cut] = piece.scatter_add_(-1, targets[:, cut].unsqueeze(-1), g)
-        return grad_logits, None
-
-
 def padded_batch(sequences, device, cached=0):
     """Id lists as one right-padded batch: (input_ids, attention_mask), [n, longest] each. The mask
     comes from the lengths, so the padding id never matters; `cached` tokens of a KV cache precede
@@ -250,39 +196,13 @@ def padded_batch(sequences, device, cached=0):
 
 
 def sequence_logps(model, sequences):
-    """Token log-probs of id lists, the plain way (the definition): pad, one forward pass, each row cut
-    to its own length. A [len - 1] tensor per sequence, entry i - 1 being log p(token i | the tokens
-    before it); a turn's log-prob is the sum over its span."""
+    """Token log-probs of id lists, the plain way (the definition): pad, one forward pass, log-softmax
+    in fp32, each row cut to its own length. A [len - 1] tensor per sequence, entry i - 1 being
+    log p(token i | the tokens before it); a turn's log-prob is the sum over its span."""
     input_ids, attention_mask = padded_batch(sequences, next(model.parameters()).device)
-    logps = token_logps(model, input_ids, attention_mask)  # [n, longest - 1]
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()  # [n, longest - 1, vocab]
+    logps = logits.log_softmax(-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # [n, longest - 1]
     return [row[: len(ids) - 1] for row, ids in zip(logps, sequences)]
-
-
-def shares_prefix(args):
-    """Whether training may run `shared_prefix_logps` (sequences that continue one KV cache of their
-    common beginning). Not under --fsdp or --gradient-checkpointing: neither can backpropagate into a
-    cache an earlier forward pass made (FSDP frees each layer's gathered weights after its forward;
-    checkpointing recomputes layers without the cache)."""
-    return not (args.fsdp or args.gradient_checkpointing)
-
-
-def shared_prefix_logps(model, sequences, scored_from):
-    """sequence_logps of id lists that begin alike, the fast way: their common prefix is encoded once
-    and its KV cache serves every sequence (gradients flow through it). Tokens from index
-    `scored_from` on are always scored; entries of the shared tokens before it are zeros. Returns
-    (the [len - 1] tensors, how many tokens were shared)."""
-    shared = min(scored_from, *(len(ids) - 1 for ids in sequences))
-    while any(ids[:shared] != sequences[0][:shared] for ids in sequences):
-        shared -= 1  # a tokenizer may merge across the boundary: share only identical tokens
-    prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
-    device = next(model.parameters()).device
-    # The prefix's own logits are never used: logits_to_keep=1 spares its LM head (the cache is the same).
-    cache = model(input_ids=torch.tensor([prefix], device=device), use_cache=True, logits_to_keep=1).cache
-    cache.batch_repeat_interleave(len(sequences))
-    input_ids, attention_mask = padded_batch([ids[shared - 1:] for ids in sequences], device, cached=len(prefix))
-    logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # column j: token shared + j
-    skipped = logps.new_zeros(shared - 1)
-    return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)], shared
 
 
 # ---------------------------------------------------------------- chatting: one interface, two backends
@@ -343,106 +263,6 @@ def sample_plain(model, input_ids, attention_mask, max_new_tokens, temperature, 
     for row in output[:, input_ids.shape[1]:].tolist():
         rows.append(row[: row.index(eos_token_id) + 1] if eos_token_id in row else row)
     return rows
-
-
-@torch.no_grad()
-def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, eos_token_id, in_place=True):
-    """sample_plain's rows, the fast way, for prompts given as id lists. The prompts' common beginning
-    (a system prompt) is encoded once, and each distinct prompt once (policy.py samples n replies to
-    each); their KV cache is then copied to every row. In the sampling loop a row that ends its reply
-    leaves the batch, its cached keys and values with it, so only unfinished replies cost compute; each
-    step writes its keys and values into room reserved for them (ReservedLayer; in_place=False appends
-    them with torch.cat, as transformers does, for bench.py to compare).
-    Greedy decoding gives sample_plain's tokens (up to float rounding); sampling draws from the same
-    distribution with its own random stream. The model's generation_config is not read."""
-    device = next(model.parameters()).device
-    index = {}  # each distinct prompt -> its row in the prefill
-    for ids in prompt_ids:
-        index.setdefault(tuple(ids), len(index))
-    distinct = list(index)
-    row_prompt = torch.tensor([index[tuple(ids)] for ids in prompt_ids], device=device)
-    # The beginning every distinct prompt shares, encoded once; each keeps one token of its own at least.
-    shared = min(len(ids) for ids in distinct) - 1
-    while any(ids[:shared] != distinct[0][:shared] for ids in distinct):
-        shared -= 1
-    cache = None
-    if shared:
-        cache = model(input_ids=torch.tensor([distinct[0][:shared]], device=device), use_cache=True,
-                      logits_to_keep=1).cache
-        cache.batch_repeat_interleave(len(distinct))
-    # The rest of each distinct prompt, left-padded after the shared beginning; positions count real tokens.
-    rests = [list(ids[shared:]) for ids in distinct]
-    longest = max(len(rest) for rest in rests)
-    input_ids = torch.tensor([[0] * (longest - len(rest)) + rest for rest in rests], device=device)
-    rest_mask = torch.tensor([[0] * (longest - len(rest)) + [1] * len(rest) for rest in rests], device=device)
-    attention_mask = torch.cat([rest_mask.new_ones(len(rests), shared), rest_mask], dim=-1)
-    positions = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
-    output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                   cache=cache, use_cache=True, logits_to_keep=1)
-    # Every row starts from its prompt's cache.
-    cache = output.cache
-    if in_place:
-        cache.layers = [ReservedLayer(layer, max_new_tokens) for layer in cache.layers]
-    cache.batch_select_indices(row_prompt)
-    logits = output.logits[row_prompt, -1].float()
-    attention_mask, positions = attention_mask[row_prompt], positions[row_prompt, -1:]
-    rows = [[] for _ in prompt_ids]
-    live = list(range(len(prompt_ids)))  # the prompt each batch row belongs to
-    for step in range(max_new_tokens):
-        if temperature > 0:
-            next_tokens = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1).squeeze(-1)
-        else:
-            next_tokens = logits.argmax(dim=-1)
-        for prompt, token in zip(live, next_tokens.tolist()):
-            rows[prompt].append(token)
-        going = next_tokens != eos_token_id
-        if not going.all():
-            keep = going.nonzero().squeeze(-1)
-            if len(keep) == 0:
-                break
-            cache.batch_select_indices(keep)
-            live = [live[i] for i in keep.tolist()]
-            next_tokens, attention_mask, positions = next_tokens[keep], attention_mask[keep], positions[keep]
-        if step == max_new_tokens - 1:
-            break
-        attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(live), 1)], dim=-1)
-        positions = positions + 1
-        output = model(input_ids=next_tokens.unsqueeze(-1), attention_mask=attention_mask, position_ids=positions,
-                       cache=cache, use_cache=True)
-        cache, logits = output.cache, output.logits[:, -1].float()
-    return rows
-
-
-class ReservedLayer(DynamicLayer):
-    """One layer of a KV cache with room reserved for `room` more positions: a decoding step writes its
-    keys and values in place. transformers' DynamicLayer appends them with torch.cat, copying the whole
-    cache at every step (20 of 75 s in a profile of the demo's 210-dialogue test rollout)."""
-
-    def __init__(self, layer, room):
-        super().__init__()
-        self.dtype, self.device, self.is_initialized = layer.keys.dtype, layer.keys.device, True
-        self.length = layer.keys.shape[-2]
-        batch, heads, _, width = layer.keys.shape
-        self.buffers = [layer.keys.new_empty(batch, heads, self.length + room, width) for _ in range(2)]
-        for buffer, states in zip(self.buffers, (layer.keys, layer.values)):
-            buffer[:, :, :self.length] = states
-        self.show_filled()
-
-    def show_filled(self):
-        """keys and values, as transformers reads them: the filled part of the buffers."""
-        self.keys, self.values = (buffer[:, :, :self.length] for buffer in self.buffers)
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        end = self.length + key_states.shape[-2]
-        for buffer, states in zip(self.buffers, (key_states, value_states)):
-            buffer[:, :, self.length:end] = states
-        self.length = end
-        self.show_filled()
-        return self.keys, self.values
-
-    def batch_select_indices(self, indices):
-        self.buffers = [buffer[indices] for buffer in self.buffers]
-        self.show_filled()
 
 
 class EndpointChat:

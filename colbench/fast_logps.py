@@ -1,0 +1,80 @@
+"""Token log-probs the fast way: the same numbers as models.sequence_logps (the plain way), in less time
+and memory. test_all.py holds each equal to the plain way.
+
+shared_prefix_logps  sequences that begin alike (a task's trajectories, a state's candidate replies, a
+                     prompt's completions): their common beginning encoded once, its KV cache serving each
+TargetLogSoftmax     log_softmax(logits)[target] a few positions at a time, its gradient written out, so
+                     that no fp32 copy of the [batch, seq, vocab] logits is kept for the backward pass
+shares_prefix        whether training may take the shared-prefix path (not under FSDP or checkpointing)
+"""
+import torch
+
+from colbench.models import padded_batch
+
+
+def shares_prefix(args):
+    """Whether training may run `shared_prefix_logps` (sequences that continue one KV cache of their
+    common beginning). Not under --fsdp or --gradient-checkpointing: neither can backpropagate into a
+    cache an earlier forward pass made (FSDP frees each layer's gathered weights after its forward;
+    checkpointing recomputes layers without the cache)."""
+    return not (args.fsdp or args.gradient_checkpointing)
+
+
+def shared_prefix_logps(model, sequences, scored_from):
+    """sequence_logps of id lists that begin alike, the fast way: their common prefix is encoded once
+    and its KV cache serves every sequence (gradients flow through it). Tokens from index
+    `scored_from` on are always scored; entries of the shared tokens before it are zeros. Returns
+    (the [len - 1] tensors, how many tokens were shared)."""
+    shared = min(scored_from, *(len(ids) - 1 for ids in sequences))
+    while any(ids[:shared] != sequences[0][:shared] for ids in sequences):
+        shared -= 1  # a tokenizer may merge across the boundary: share only identical tokens
+    prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
+    device = next(model.parameters()).device
+    # The prefix's own logits are never used: logits_to_keep=1 spares its LM head (the cache is the same).
+    cache = model(input_ids=torch.tensor([prefix], device=device), use_cache=True, logits_to_keep=1).cache
+    cache.batch_repeat_interleave(len(sequences))
+    input_ids, attention_mask = padded_batch([ids[shared - 1:] for ids in sequences], device, cached=len(prefix))
+    logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # column j: token shared + j
+    skipped = logps.new_zeros(shared - 1)
+    return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)], shared
+
+
+def token_logps(model, input_ids, attention_mask, past_key_values=None):
+    """log p(token_i | tokens_<i) for i >= 1: [batch, seq] ids -> [batch, seq - 1] log-probs.
+
+    With `past_key_values`, `input_ids` continues a cached prefix and the log-probs start at its
+    second token (the first one's prediction belongs to the prefix's last logits)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, cache=past_key_values).logits
+    return TargetLogSoftmax.apply(logits[:, :-1], input_ids[:, 1:])
+
+
+class TargetLogSoftmax(torch.autograd.Function):
+    """log_softmax(logits)[target] in fp32, a few positions at a time, with the gradient written out.
+
+    The same numbers as `logits.float().log_softmax(-1).gather(-1, targets)`, in less memory: that
+    formula keeps an fp32 copy of the [batch, seq, vocab] logits for the backward pass and makes
+    several more in it (about 1.5 GB at 2 x 1024 tokens of SmolLM2's 49k vocabulary). This keeps only
+    the logits as they came (bf16 under autocast) and recomputes the softmax chunk by chunk."""
+
+    @staticmethod
+    def pieces(length, positions=128):  # 2 x 128 positions x 49152 fp32 logits: 50 MB a piece
+        return [slice(i, i + positions) for i in range(0, length, positions)]
+
+    @staticmethod
+    def forward(ctx, logits, targets):  # [batch, seq, vocab], [batch, seq] -> [batch, seq]
+        logps = torch.empty(targets.shape, dtype=torch.float32, device=logits.device)
+        for cut in TargetLogSoftmax.pieces(logits.shape[1]):
+            piece = logits[:, cut].float()
+            logps[:, cut] = piece.gather(-1, targets[:, cut].unsqueeze(-1)).squeeze(-1) - piece.logsumexp(-1)
+        ctx.save_for_backward(logits, targets)
+        return logps
+
+    @staticmethod
+    def backward(ctx, grad):  # d log p(target) / d logits = one_hot(target) - softmax(logits)
+        logits, targets = ctx.saved_tensors
+        grad_logits = torch.empty_like(logits)
+        for cut in TargetLogSoftmax.pieces(logits.shape[1]):
+            g = grad[:, cut].unsqueeze(-1)
+            piece = logits[:, cut].float().softmax(-1).mul_(-g)
+            grad_logits[:, cut] = piece.scatter_add_(-1, targets[:, cut].unsqueeze(-1), g)
+        return grad_logits, None
