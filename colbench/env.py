@@ -30,10 +30,12 @@ SYSTEM_PROMPTS = {
         "reply with " + ANSWER_MARKER + " followed by the final page."
     ),
 }
-# The agent learns of its turn budget up front, as from the official ColBench agent prompt; the critic
-# (critic.py) reads the same prompt, so what the budget makes of a turn is there for it to learn.
+# The agent learns of its turn budget up front, as from the official ColBench agent prompt, and the
+# environment marks the human's message before its last turn with LAST_TURN_NOTE (a departure: a small model
+# does not count turns). Both are in the dialogue the critic (critic.py) reads with c.
 TURN_BUDGET_NOTE = (" You have at most {max_turns} turns with them; whatever you reply at the last one is "
                     "taken as your final answer.")
+LAST_TURN_NOTE = "\n\n(Your next reply is your last turn: it is taken as your final answer.)"
 OFFICIAL_MAX_TURNS = 10  # the budget of trajectories that do not record theirs (the official offline files)
 
 
@@ -98,7 +100,8 @@ class Episode:
         return self.done
 
     def add_human_turn(self, text):
-        self.dialogue.append({"role": "user", "content": text})
+        last_turn_next = self.agent_turns == self.max_turns - 1
+        self.dialogue.append({"role": "user", "content": text + (LAST_TURN_NOTE if last_turn_next else "")})
 
     def record(self):
         """The trajectory line (schema in README.md)."""

@@ -31,7 +31,7 @@ from colbench.simulators import EmbeddedSimulator, facts_told, hidden_facts
 
 # A backend turn before the last: the weights of what the script asks, and how likely it answers instead.
 MOVES = {"an untold fact": 16, "a subject the task lacks": 3, "nothing in particular": 1, "two things at once": 1}
-ANSWER_EARLY = {"some facts untold": 0.15, "every fact told": 0.85}
+ANSWER_EARLY = {"some facts untold": 0.1, "every fact told": 0.5}
 SLIP = 0.1  # the chance that an answer miscopies one told number
 SUBJECT_QUESTIONS = ["What is the {}?", "Could you tell me the {}?", "How about the {}?", "What {} do you want?",
                      "Is there a {}?", "Can you give me the {}?", "What should the {} be?", "Tell me about the {}."]
@@ -148,12 +148,13 @@ def main():
     parser.add_argument("tasks", help="training tasks JSONL (backend or frontend)")
     parser.add_argument("--out", required=True, help="trajectories JSONL to write")
     parser.add_argument("--samples", type=positive_int, default=1, help="dialogues per task")
+    parser.add_argument("--limit", type=positive_int, help="use only the first N tasks")
     parser.add_argument("--max-turns", type=positive_int, default=3, help="the dialogues' turn budget")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for the behaviours, questions and slips")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     try:
-        tasks = load_tasks(args.tasks)
+        tasks = load_tasks(args.tasks)[: args.limit]
     except DataError as e:
         fail(e)
     rows = []
