@@ -32,10 +32,11 @@ import torch
 from transformers import AutoTokenizer
 
 import colbench.data
-from colbench import frontend, stats
+from colbench import advantage, frontend, stats
 from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
                           positive_int, require_server)
-from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
+from colbench.data import (DataError, derive_task_id, finished_keys, load_tasks, load_trajectories,
+                           preference_pairs, task_kind)
 from colbench.env import ANSWER_MARKER, TURN_BUDGET_NOTE, Episode, agent_messages, html_page, turn_budget
 from colbench.fast_logps import TargetLogSoftmax, shared_prefix_logps
 from colbench.fast_sampling import ReservedLayer, keep_freed_memory, sample_shrinking_batch
@@ -209,7 +210,7 @@ def test_cli_types_accept_their_range_only(check, accepted, refused):
     ("policy.py", "--temperature", "-0.5", "a finite number >= 0"),
     ("policy.py", "--lr", "nan", "a finite number > 0"),
     ("policy.py", "--beta", "0", "a finite number > 0"),
-    ("judge.py", "--candidates", "1", "an integer >= 2"),
+    ("-m colbench.judge", "--candidates", "1", "an integer >= 2"),
     ("-m colbench.warmstart", "--samples", "0", "an integer >= 1"),
 ])
 def test_stages_refuse_a_bad_flag_value_at_parse_time(tmp_path, script, flag, value, allowed):
@@ -1332,7 +1333,7 @@ def two_model_critic(tiny_model, tmp_path_factory):
     other = build_tiny_model(str(tmp_path_factory.mktemp("tiny_model_2")), seed=1)
     model, tokenizer = load_model(tiny_model)
     reference_model, _ = load_model(other)
-    return critic.Critic(model, reference_model, tokenizer)
+    return advantage.Critic(model, reference_model, tokenizer)
 
 
 def scored(task, sample_idx, agent_turns, reward, human="I don't know."):
@@ -1354,17 +1355,17 @@ def test_critic_loss_equals_hand_computed_values_and_log_2_when_critic_is_refere
     # Unequal margins: a flipped sign, or chosen and rejected swapped, gives another value.
     assert critic.bradley_terry_loss(rejected, chosen, beta=0.1).item() == pytest.approx(0.721268, abs=1e-6)
     logps = torch.log(torch.rand(20))
-    advantage = critic.turn_advantages(logps, logps, [(3, 7), (12, 20)])
-    assert advantage.tolist() == [0.0, 0.0]
-    score = advantage.sum()[None]
+    advantages = advantage.turn_advantages(logps, logps, [(3, 7), (12, 20)])
+    assert advantages.tolist() == [0.0, 0.0]
+    score = advantages.sum()[None]
     assert critic.bradley_terry_loss(score, score, 0.1).item() == pytest.approx(math.log(2))
 
 
 def test_critic_turn_advantage_is_the_mean_or_sum_of_its_tokens():
     critic_logps, reference_logps = torch.tensor([-1.0, -2.0, -3.0, -4.0, -5.0]), torch.full((5,), -3.0)
     # spans are token positions: tokens 2..3 are entries 1..2, tokens 4..5 are entries 3..4
-    assert critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)]).tolist() == [0.5, -1.5]
-    summed = critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)], normalize=False)
+    assert advantage.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)]).tolist() == [0.5, -1.5]
+    summed = advantage.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)], normalize=False)
     assert summed.tolist() == [1.0, -3.0]
 
 
@@ -1405,7 +1406,7 @@ def test_the_cosine_schedule_warms_up_over_3_percent_then_decays_to_a_tenth():
 def test_critic_prompt_holds_the_solution_and_spans_select_exactly_the_agent_tokens(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     dialogue = HISTORY + [{"role": "assistant", "content": CANDIDATES[0]}]
-    messages = critic.critic_messages(TIP_TASK, dialogue, 3)
+    messages = advantage.critic_messages(TIP_TASK, dialogue, 3)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
     assert TIP_TASK["ground_truth"].strip() in messages[0]["content"]
     assert messages[0]["content"].endswith(agent_messages(TIP_TASK, dialogue, 3)[0]["content"])  # the agent's view
@@ -1414,34 +1415,34 @@ def test_critic_prompt_holds_the_solution_and_spans_select_exactly_the_agent_tok
         "What percent should the tip be?<|im_end|>", CANDIDATES[0] + "<|im_end|>"]
     outside = tokenizer.decode([ids[k] for k in range(len(ids)) if not any(a <= k < b for a, b in spans)])
     assert "return round(bill * 0.18, 2)" in outside and "What percent" not in outside
-    blind = critic.critic_messages(TIP_TASK, dialogue, 3, use_solution=False)
+    blind = advantage.critic_messages(TIP_TASK, dialogue, 3, use_solution=False)
     assert blind == agent_messages(TIP_TASK, dialogue, 3)
 
 
 def test_critic_advantage_changes_with_the_solution_only_when_it_is_shown(two_model_critic):
     other_solution = dict(TIP_TASK, ground_truth="def tip(bill):\n    return bill * 0.25\n")
-    with_c = critic.score_candidates(two_model_critic, TIP_TASK, HISTORY, 3, CANDIDATES)
+    with_c = advantage.score_candidates(two_model_critic, TIP_TASK, HISTORY, 3, CANDIDATES)
     assert all(abs(a) > 1e-4 for a in with_c)
-    with_other_c = critic.score_candidates(two_model_critic, other_solution, HISTORY, 3, CANDIDATES)
+    with_other_c = advantage.score_candidates(two_model_critic, other_solution, HISTORY, 3, CANDIDATES)
     assert all(abs(a - b) > 1e-5 for a, b in zip(with_c, with_other_c))
-    blind = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
+    blind = advantage.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
                           use_solution=False)
-    assert (critic.score_candidates(blind, TIP_TASK, HISTORY, 3, CANDIDATES)
-            == critic.score_candidates(blind, other_solution, HISTORY, 3, CANDIDATES))
+    assert (advantage.score_candidates(blind, TIP_TASK, HISTORY, 3, CANDIDATES)
+            == advantage.score_candidates(blind, other_solution, HISTORY, 3, CANDIDATES))
 
 
 @pytest.mark.parametrize("normalize", [True, False])
 def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_critic, normalize):
-    scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
+    scorer = advantage.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
                            normalize=normalize)
-    shared = critic.score_candidates(scorer, TIP_TASK, HISTORY, 3, CANDIDATES)
+    shared = advantage.score_candidates(scorer, TIP_TASK, HISTORY, 3, CANDIDATES)
     for candidate, score in zip(CANDIDATES, shared):
-        messages = critic.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}], 3)
+        messages = advantage.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}], 3)
         ids, spans = tokenize_turns(scorer.tokenizer, messages)
         with torch.no_grad():
             critic_logps = sequence_logps(scorer.model, [ids])[0]
             reference_logps = sequence_logps(scorer.reference_model, [ids])[0]
-        plain = critic.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item()
+        plain = advantage.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item()
         assert score == pytest.approx(plain, abs=1e-4)
 
 
@@ -1464,7 +1465,8 @@ def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory
     dialogues = [HISTORY + [{"role": "assistant", "content": c}, {"role": "user", "content": "ok"},
                             {"role": "assistant", "content": "I WANT TO ANSWER: def tip(bill): return bill"}]
                  for c in CANDIDATES[:3]]
-    encoded = [tokenize_turns(two_model_critic.tokenizer, critic.critic_messages(TIP_TASK, d, 3)) for d in dialogues]
+    encoded = [tokenize_turns(two_model_critic.tokenizer, advantage.critic_messages(TIP_TASK, d, 3))
+               for d in dialogues]
     with torch.no_grad():
         fast, _ = shared_prefix_logps(two_model_critic.model, [ids for ids, _ in encoded],
                                       min(spans[0][0] for _, spans in encoded))
@@ -1477,7 +1479,7 @@ def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory
 
 def test_ranking_quality_on_a_planted_case():
     # State 1: the critic ranks the passing answer first; state 2: it ranks them exactly backwards.
-    from judge import ranking_quality
+    from colbench.judge import ranking_quality
     quality = ranking_quality([[0.9, 0.1, -0.5], [0.3, 0.2]], [[1.0, 0.5, 0.0], [0.0, 1.0]], ["a", "b"])
     assert quality["critic_pick"] == pytest.approx((1.0 + 0.0) / 2)
     assert quality["random_pick"] == pytest.approx((0.5 + 0.5) / 2)
@@ -1506,9 +1508,9 @@ def test_critic_pairs_need_the_same_task_and_a_large_enough_reward_gap():
     other = dict(TIP_TASK, task_id="other")
     trajectories = [scored(TIP_TASK, 0, ["a"], 0.2), scored(TIP_TASK, 1, ["b"], 0.9), scored(TIP_TASK, 2, ["c"], 0.2),
                     scored(other, 0, ["d"], 1.0), scored(TIP_TASK, 3, ["e"], 0.25)]
-    assert pair_names(critic.preference_pairs(trajectories, 0.0)) == [
+    assert pair_names(preference_pairs(trajectories, 0.0)) == [
         ("tip", 1, 0), ("tip", 3, 0), ("tip", 1, 2), ("tip", 1, 3), ("tip", 3, 2)]
-    assert pair_names(critic.preference_pairs(trajectories, 0.5)) == [("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 3)]
+    assert pair_names(preference_pairs(trajectories, 0.5)) == [("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 3)]
 
 
 def test_critic_official_pairing_best_against_each_worse_of_solved_tasks_and_a_frontend_gap_of_0_1():
@@ -1518,11 +1520,11 @@ def test_critic_official_pairing_best_against_each_worse_of_solved_tasks_and_a_f
                     + [scored(failed, k, ["b"], reward) for k, reward in enumerate([0.2, 0.9])]
                     + [scored(page, k, ["c"], reward) for k, reward in enumerate([0.70, 0.75, 0.95, 0.5])])
     # the best solved trajectory (the first of the two at 1.0) against each worse one; nothing from `failed`
-    assert pair_names(critic.preference_pairs(trajectories, 0.0, "official")) == [
+    assert pair_names(preference_pairs(trajectories, 0.0, "official")) == [
         ("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 4),
         ("page", 2, 0), ("page", 0, 3), ("page", 2, 1), ("page", 1, 3), ("page", 2, 3)]  # not 0.70 vs 0.75
-    assert len(critic.preference_pairs(trajectories, 0.0, "all")) == 8 + 1 + 6
-    assert pair_names(critic.preference_pairs(trajectories, 0.4, "official")) == [
+    assert len(preference_pairs(trajectories, 0.0, "all")) == 8 + 1 + 6
+    assert pair_names(preference_pairs(trajectories, 0.4, "official")) == [
         ("tip", 1, 0), ("tip", 1, 2), ("tip", 1, 4), ("page", 2, 3)]
 
 
@@ -1531,9 +1533,9 @@ def test_critic_max_length_drops_the_oldest_exchanges_and_keeps_the_problem_and_
     turns = ["first question?", "second question?", "I WANT TO ANSWER: def tip(bill): return 1"]
     trajectory = scored(TIP_TASK, 0, turns, 0.0, human="It is 18 percent.")
     dialogue = trajectory["dialogue_history"]
-    full_ids, full_spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, 10_000)
+    full_ids, full_spans, dropped, note = advantage.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, 10_000)
     assert (len(full_spans), dropped, note) == (3, 0, "")
-    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, len(full_ids) - 5)
+    ids, spans, dropped, note = advantage.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, len(full_ids) - 5)
     assert (len(spans), dropped, note) == (2, 1, "dropped the oldest 1 agent turn(s)")
     assert tokenizer.decode(ids[spans[0][0]:spans[0][1]]) == "second question?<|im_end|>"
     kept = tokenizer.decode(ids)
@@ -1541,7 +1543,7 @@ def test_critic_max_length_drops_the_oldest_exchanges_and_keeps_the_problem_and_
     assert TIP_TASK["problem_description"] in kept and TIP_TASK["ground_truth"].strip() in kept
     assert "first question?" not in kept and kept.count("It is 18 percent.") == 1
     assert kept.index(TIP_TASK["problem_description"]) < kept.index("second question?")
-    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, 10)
+    ids, spans, dropped, note = advantage.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, 10)
     assert (len(spans), dropped) == (1, 2)
     assert note == f"dropped the oldest 2 agent turn(s), still {len(ids)} tokens, kept whole"
     kept = tokenizer.decode(ids)
@@ -1601,16 +1603,26 @@ def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model)
     assert metrics["eval_pairs"] + metrics["train_pairs"] == 6 and "pair_accuracy" in metrics["after"]
     assert set(read_jsonl(out / "advantages.jsonl")[0]) == {"task_id", "sample_idx", "turn", "advantage", "reward"}
     assert set(read_jsonl(out / "log.jsonl")[0]) >= {"step", "loss", "pair_accuracy", "margin", "tokens_per_s"}
-    loaded = critic.load_critic(str(out))
+    loaded = advantage.load_critic(str(out))
     assert loaded.use_solution and loaded.normalize
-    assert len(critic.score_candidates(loaded, official[0]["task"], HISTORY, 10, CANDIDATES[:2])) == 2
+    assert len(advantage.score_candidates(loaded, official[0]["task"], HISTORY, 10, CANDIDATES[:2])) == 2
 
     ablation = run_script("critic.py", data, "--model", tiny_model, "--out", str(tmp_path / "ablation"),
                           "--epochs", "1", "--no-solution", "--no-normalize", "--gradient-checkpointing",
                           "--max-length", "60")
     assert "warning:" in ablation.stdout and "--max-length 60" in ablation.stdout
-    loaded = critic.load_critic(str(tmp_path / "ablation"))
+    loaded = advantage.load_critic(str(tmp_path / "ablation"))
     assert not loaded.use_solution and not loaded.normalize
+
+
+def test_colbench_imports_no_stage_script():
+    stages = {"critic", "policy", "rollout", "evaluate"}
+    for path in glob.glob(os.path.join(ROOT, "colbench", "**", "*.py"), recursive=True):
+        tree = ast.parse(open(path).read())
+        for node in ast.walk(tree):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not stages & {name.split(".")[0] for name in names}, (path, node.lineno)
 
 
 @pytest.mark.parametrize("style", CHAT_STYLES)
@@ -1669,7 +1681,8 @@ def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
             "ground_truth": "<html><body><h1>Fresh bread</h1><p>Open daily.</p></body></html>"}
     turns = ["What colours do you like?", "I WANT TO ANSWER: <html><body><h1>Bread</h1></body></html>"]
     trajectory = scored(page, 0, turns, 0.6)
-    ids, spans, dropped, note = critic.fit_to_length(tokenizer, page, trajectory["dialogue_history"], 3, True, 10_000)
+    ids, spans, dropped, note = advantage.fit_to_length(tokenizer, page, trajectory["dialogue_history"], 3, True,
+                                                        10_000)
     assert "<h1>Fresh bread</h1>" in tokenizer.decode(ids[:spans[0][0]]) and (len(spans), dropped, note) == (2, 0, "")
     assert tokenizer.decode(ids[spans[1][0]:spans[1][1]]).startswith("I WANT TO ANSWER: <html>")
 
@@ -1747,18 +1760,17 @@ def test_policy_pairs_follow_the_critic_alone_under_the_prompt_the_agent_saw():
 
 
 def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model, tmp_path):
-    from policy import reference_logps, reply_pair_example, train
-    from colbench.models import load_model
+    from colbench.training import reference_logps, tokenize_completion
+    from policy import train
     model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
     prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "I want a tip calculator."}]
-    examples = [reply_pair_example(tokenizer, {"prompt": prompt, "chosen": [{"role": "assistant", "content": chosen}],
-                                               "rejected": [{"role": "assistant", "content": rejected}]})
-                for chosen, rejected in [("What percent is the tip?", "def tip(bill): return bill"),
-                                         ("Round to 2 decimal places?", "I WANT TO ANSWER: def f(x): return 1")]]
-    reference_logps(model, examples)
-    args = argparse.Namespace(lr=1e-3, epochs=6, batch_size=2, beta=0.1, nll_coef=0.01, fsdp=False,
-                              gradient_checkpointing=False, lr_schedule="constant")
-    history = train(model, examples, args, random.Random(0), str(tmp_path / "log.jsonl"))
+    pairs = [{"chosen": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": chosen}]),
+              "rejected": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": rejected}])}
+             for chosen, rejected in [("What percent is the tip?", "def tip(bill): return bill"),
+                                      ("Round to 2 decimal places?", "I WANT TO ANSWER: def f(x): return 1")]]
+    reference_logps(model, pairs)
+    history = train(model, pairs, random.Random(0), str(tmp_path / "log.jsonl"), torch.float32, epochs=6,
+                    batch_size=2, lr=1e-3, lr_schedule="constant", beta=0.1, nll_coef=0.01, share_prompt=True)
     assert len(history) == 6 and len(read_jsonl(tmp_path / "log.jsonl")) == 6
     assert abs(history[0]["margin"]) < 1e-6  # policy == reference at the first step
     assert history[-1]["margin"] > history[0]["margin"] + 0.05 and history[-1]["accuracy"] == 1.0
@@ -1766,7 +1778,7 @@ def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model,
 
 
 def test_policy_shared_prompt_logps_and_gradients_equal_full_sequence_ones(tiny_model):
-    from policy import completion_logps, tokenize_completion
+    from colbench.training import completion_logps, tokenize_completion
     model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
     prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "A tip calculator."},
               {"role": "assistant", "content": "What percent?"}, {"role": "user", "content": "18 percent."}]
@@ -1815,7 +1827,7 @@ def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(
 
 
 def test_policy_scores_each_rollout_turn_under_the_prompt_the_agent_saw(tmp_path, tiny_model):
-    from baselines import agent_turn_sequences
+    from colbench.baselines import trajectory_sequence
     out = tmp_path / "traj.jsonl"
     run_script("rollout.py", write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK]), "--agent", tiny_model, "--samples", "2",
                "--max-turns", "2", "--max-new-tokens", "4", "--out", str(out))
@@ -1825,10 +1837,9 @@ def test_policy_scores_each_rollout_turn_under_the_prompt_the_agent_saw(tmp_path
     for trajectory in trajectories:
         assert trajectory["max_turns"] == 2 and trajectory["rollout"]["agent"] == tiny_model
         prompts = [turn["input"] for turn in trajectory["dialogue_history"] if turn["role"] == "assistant"]
-        sequences = agent_turn_sequences(tokenizer, trajectory)
+        ids, spans = trajectory_sequence(tokenizer, trajectory)
         # the text before each scored turn is the prompt rollout.py recorded for it
-        assert [tokenizer.decode(ids[:start], clean_up_tokenization_spaces=False)
-                for ids, spans in sequences for start, _ in spans] == prompts
+        assert [tokenizer.decode(ids[:start], clean_up_tokenization_spaces=False) for start, _ in spans] == prompts
 
 
 def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_file, critic_dir, tiny_model,
@@ -1850,7 +1861,8 @@ def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_f
 @pytest.mark.parametrize("method, data_file", [("mt-dpo", "pairs.jsonl"), ("rft", "sft.jsonl")])
 def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, data_file):
     out = str(tmp_path / method)
-    result = run_script("baselines.py", scored_file, "--method", method, "--model", tiny_model, "--out", out)
+    result = run_script("-m", "colbench.baselines", scored_file, "--method", method, "--model", tiny_model,
+                        "--out", out)
     assert "done:" in result.stdout
     rows = read_jsonl(f"{out}/{data_file}")
     if method == "mt-dpo":  # rewards 1.0, 0.3, 0.0: three pairs, each whole dialogue after the problem
@@ -1863,10 +1875,10 @@ def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, 
 
 
 def test_policy_mt_dpo_pairs_by_the_pairing_rule_asked_for():
-    from baselines import mt_dpo_pairs, parser
+    from colbench.baselines import mt_dpo_pairs
     trajectories = [dict(t) for t in SCORED]  # rewards 1.0, 0.3, 0.0
     for pairing, expected in (("all", [(0, 1), (0, 2), (1, 2)]), ("official", [(0, 1), (0, 2)])):
-        rows = mt_dpo_pairs(trajectories, parser.parse_args(["x.jsonl", "--method", "mt-dpo", "--pairing", pairing]))
+        rows = mt_dpo_pairs(trajectories, 0.0, pairing)
         assert [(row["chosen_sample_idx"], row["rejected_sample_idx"]) for row in rows] == expected
 
 
@@ -1875,7 +1887,7 @@ def test_data_fraction_keeps_whole_tasks_the_same_for_every_trainer():
     trajectories = [dict(SCORED[0], task_id=f"t{i // 3}", sample_idx=i % 3) for i in range(30)]  # 10 tasks x 3
     kept = task_subset(trajectories, 0.3, random.Random(7))
     assert len(kept) == 9 and len({t["task_id"] for t in kept}) == 3  # 3 whole tasks
-    assert kept == task_subset(trajectories, 0.3, random.Random(7))  # policy.py and baselines.py: the same data
+    assert kept == task_subset(trajectories, 0.3, random.Random(7))  # policy.py and colbench.baselines: the same data
     assert task_subset(trajectories, 1.0, random.Random(7)) == trajectories
 
 
@@ -1905,8 +1917,8 @@ def test_policy_controls_rank_the_same_candidates_at_random_or_by_another_critic
 
 def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model):
     failed = write_jsonl(tmp_path / "failed.scored.jsonl", SCORED[1:])
-    result = run_script("baselines.py", failed, "--method", "rft", "--model", tiny_model, "--out", str(tmp_path / "p"),
-                        check=False)
+    result = run_script("-m", "colbench.baselines", failed, "--method", "rft", "--model", tiny_model,
+                        "--out", str(tmp_path / "p"), check=False)
     assert result.returncode == 2 and "error: no successful trajectory" in result.stderr
     assert "Traceback" not in result.stderr
     result = run_script("policy.py", failed, "--critic", str(tmp_path / "nowhere"), "--model", tiny_model,
@@ -2264,7 +2276,7 @@ def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
     losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "fsdp")]
     assert len(losses[1]) == len(losses[0]) >= 3 and losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-5)
     # The checkpoint holds the whole trained model: what policy.py --critic loads scores as the 1-process critic does.
-    loaded = critic.load_critic(str(tmp_path / "fsdp"))
+    loaded = advantage.load_critic(str(tmp_path / "fsdp"))
     with torch.no_grad():
         fsdp_logits = loaded.model(input_ids=torch.tensor([list(range(1, 60))])).logits
     assert torch.allclose(fsdp_logits, logits_of(str(tmp_path / "one")), atol=1e-4)
@@ -2274,9 +2286,9 @@ def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
 def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scored_file, critic_dir, tiny_model):
     common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
               "--batch-size", "3"]  # 3 pairs a step: one rank also runs a padding pass
-    run_script("baselines.py", *common, "--out", str(tmp_path / "one"))
-    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "baselines.py", *common,
-                        "--out", str(tmp_path / "two"))
+    run_script("-m", "colbench.baselines", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "colbench.baselines",
+                        *common, "--out", str(tmp_path / "two"))
     assert result.stdout.count("done:") == 1  # rank 0 alone prints
     logs = [read_jsonl(tmp_path / name / "log.jsonl") for name in ("one", "two")]
     assert [row["loss"] for row in logs[1]] == pytest.approx([row["loss"] for row in logs[0]], rel=1e-3, abs=1e-4)
@@ -2293,9 +2305,9 @@ def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scor
 def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_model(tmp_path, scored_file, tiny_model):
     common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
               "--batch-size", "3", "--dtype", "fp32"]  # 3 pairs a step: one rank also runs a padding pass
-    run_script("baselines.py", *common, "--out", str(tmp_path / "one"))
-    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "baselines.py", *common,
-                        "--fsdp", "--gradient-checkpointing", "--out", str(tmp_path / "fsdp"))
+    run_script("-m", "colbench.baselines", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "colbench.baselines",
+                        *common, "--fsdp", "--gradient-checkpointing", "--out", str(tmp_path / "fsdp"))
     assert result.stdout.count("done:") == 1
     assert sorted(os.listdir(tmp_path / "fsdp")) == sorted(os.listdir(tmp_path / "one"))
     logs = [read_jsonl(tmp_path / name / "log.jsonl") for name in ("one", "fsdp")]

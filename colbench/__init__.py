@@ -1,8 +1,12 @@
 """ColBench: the collaborative agent benchmark of SWEET-RL (Zhou et al. 2025), rebuilt small.
 
+advantage.py   the critic's view and advantage (Eq. 3), a trained critic scoring candidate replies
+baselines.py   the paper's baselines (Multi-Turn DPO, RFT) and the demo's warm start (sft)
+bench.py       benchmarks: how much faster the stages run than the simple way of doing the same
 cli.py         argument types that refuse bad values at parse time; fail() for bad input (exit 2),
                trajectories_or_fail() for the stages' input files
-data.py        reading tasks and trajectories (JSONL) with clear errors, output paths, resumable writing
+data.py        reading tasks and trajectories (JSONL) with clear errors, output paths, resumable writing,
+               the preference pairs of trajectories (Eq. 2)
 demo.py        `make demo` / `make experiment`: the whole chain on the embedded model, one results table
 distributed.py torchrun in one place: ranks, DDP or FSDP2 wrapping, padded shares, gathers, checkpoints
 env.py         the interaction protocol: the agent's prompt, the answer marker, a dialogue's turns
@@ -17,6 +21,7 @@ report.py      one HTML page of a run: dialogues shaded by the critic's advantag
 sandbox.py     where model-written code runs, never in the evaluator's own process
 simulators.py  the simulated human: embedded (offline), an OpenAI-compatible URL, or a local model
 stats.py       a task-level bootstrap interval and a rank correlation
+training.py    what the trainers share: completion log-probs, π_ref cached, batches, log lines, saving
 tasks/         the shipped task files and their generators (tasks/backend.py, tasks/frontend.py)
 warmstart.py   scripted dialogues that warm-start the embedded model for the demo
 """

@@ -115,7 +115,7 @@ def shared_steps(run, s, critics, kind="backend"):
     run.stage("warm start data", "-m", "colbench.warmstart", run.path("warm_tasks.jsonl"), "--samples",
               str(s["warm_samples"]), "--max-turns", str(s["max_turns"]), "--out", run.path("warmstart.traj.jsonl"),
               done_when=run.path("warmstart.traj.jsonl"))
-    run.stage("warm start", "baselines.py", run.path("warmstart.traj.jsonl"), "--method", "sft",
+    run.stage("warm start", "-m", "colbench.baselines", run.path("warmstart.traj.jsonl"), "--method", "sft",
               "--lr", str(s["warm_lr"]), "--out", run.path("warm"), done_when=run.path("warm", "config.json"))
     run.stage("offline rollouts", "rollout.py", run.path("train_tasks.jsonl"), "--agent", run.path("warm"),
               "--samples", str(s["samples"]), "--max-turns", str(s["max_turns"]), *sampling(s),
@@ -142,7 +142,7 @@ def train_agent(run, s, agent, folder, fraction, critic=None, sampled=None):
               "--beta", str(s["beta"]), "--nll-coef", str(s["nll_coef"]), "--lr-schedule", s["lr_schedule"],
               "--out", folder]
     if agent in BASELINES:
-        run.stage(agent, "baselines.py", run.path("train.scored.jsonl"), "--method", agent, *common,
+        run.stage(agent, "-m", "colbench.baselines", run.path("train.scored.jsonl"), "--method", agent, *common,
                   done_when=os.path.join(folder, "config.json"))
         return
     run.stage(agent, "policy.py", run.path("train.scored.jsonl"), "--critic", critic,
@@ -400,7 +400,7 @@ def experiment(run, s):
         tested = run if folder == run.path("policy_sweet") else exp
         play(tested, s, agent, folder, run.path("test_tasks.jsonl"), s["test_samples"], f"test_{agent}")
         agents[agent] = tested.path(f"test_{agent}.scored.jsonl")
-    exp.stage("judge", "judge.py", run.path("train.scored.jsonl"), "--model", run.path("warm"),
+    exp.stage("judge", "-m", "colbench.judge", run.path("train.scored.jsonl"), "--model", run.path("warm"),
               "--critic", run.path("critic_with_c"), "--critic", run.path("critic_no_solution"),
               "--out", exp.path("judge"), "--candidates", str(s["judge_candidates"]), *sampling(s),
               "--sample-batch-size", str(s["batch_size"]), done_when=exp.path("judge", "judge.json"))

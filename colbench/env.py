@@ -5,7 +5,7 @@ or starts with ANSWER_MARKER followed by the final answer; the turn budget's las
 answer whatever it says. The simulated human (colbench/simulators.py) answers everything else.
 
 Frontend: a turn may hold one HTML page (`<html>...</html>`); the simulated human compares its
-screenshot with the reference. The final answer is the last page the agent proposed in any turn.
+screenshot with the page it has in mind. The final answer is the last page the agent proposed in any turn.
 """
 import re
 
@@ -14,7 +14,7 @@ from colbench.models import plain_messages
 
 ANSWER_MARKER = "I WANT TO ANSWER:"
 
-# The agent's system prompt, one per task kind. The critic (critic.py) shows it to its model too.
+# The agent's system prompt, one per task kind. The critic (colbench/advantage.py) shows it to its model too.
 SYSTEM_PROMPTS = {
     "backend": (
         "You are helping a person write one Python function. Their request is vague: the exact "
@@ -49,6 +49,18 @@ def agent_messages(task, dialogue, max_turns):
 def turn_budget(trajectory):
     """The turn budget a trajectory was played under (rollout.py records it)."""
     return trajectory.get("max_turns", OFFICIAL_MAX_TURNS)
+
+
+def turn_states(trajectories):
+    """(trajectory, agent turn number, history) for every agent turn that answers a user turn; history is
+    the dialogue before that turn (policy.py samples and ranks replies there, so does colbench/judge.py)."""
+    states = []
+    for trajectory in trajectories:
+        dialogue = plain_messages(trajectory["dialogue_history"])
+        for i, turn in enumerate(dialogue):
+            if turn["role"] == "assistant" and i > 0 and dialogue[i - 1]["role"] == "user":
+                states.append((trajectory, sum(t["role"] == "assistant" for t in dialogue[:i]), dialogue[:i]))
+    return states
 
 
 # From an opening <html> (or <!DOCTYPE html>) to its </html>, or to the end of a reply cut short.

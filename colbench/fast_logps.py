@@ -12,12 +12,12 @@ import torch
 from colbench.models import padded_batch
 
 
-def shares_prefix(args):
+def shares_prefix(fsdp, gradient_checkpointing):
     """Whether training may run `shared_prefix_logps` (sequences that continue one KV cache of their
-    common beginning). Not under --fsdp or --gradient-checkpointing: neither can backpropagate into a
+    common beginning). Not under `fsdp` or `gradient_checkpointing`: neither can backpropagate into a
     cache an earlier forward pass made (FSDP frees each layer's gathered weights after its forward;
     checkpointing recomputes layers without the cache)."""
-    return not (args.fsdp or args.gradient_checkpointing)
+    return not (fsdp or gradient_checkpointing)
 
 
 def shared_prefix_logps(model, sequences, scored_from):

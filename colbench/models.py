@@ -16,6 +16,7 @@ import time
 
 import requests
 import torch
+from tqdm import tqdm
 
 from colbench.fast_sampling import keep_freed_memory, sample_shrinking_batch
 
@@ -246,6 +247,23 @@ def generate(model, tokenizer, prompts, max_new_tokens, temperature, shrinking_b
         rows = sample_plain(model, batch["input_ids"], batch["attention_mask"], max_new_tokens, temperature,
                             tokenizer.eos_token_id)
     return [tokenizer.decode(row, skip_special_tokens=True).strip() for row in rows], [len(row) for row in rows]
+
+
+@torch.no_grad()
+def sample_candidates(model, tokenizer, prompts, n, max_new_tokens, temperature, batch_size):
+    """n sampled replies for each prompt (policy.py's candidates, the judge's); prompts of similar length
+    share a batched generate call of about `batch_size` sequences."""
+    candidates = [None] * len(prompts)
+    by_length = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    step = max(1, batch_size // n)
+    with tqdm(total=len(prompts), desc="sampling", unit="state") as bar:
+        for chunk in (by_length[i:i + step] for i in range(0, len(by_length), step)):
+            texts, _ = generate(model, tokenizer, [prompts[i] for i in chunk for _ in range(n)], max_new_tokens,
+                                temperature)
+            for k, i in enumerate(chunk):
+                candidates[i] = texts[k * n:(k + 1) * n]
+            bar.update(len(chunk))
+    return candidates
 
 
 @torch.no_grad()

@@ -76,13 +76,13 @@ def screenshot(page, caption):
 
 
 def dialogue_html(trajectory, advantages, scale, screenshots=False):
-    """One dialogue; with `screenshots` (frontend), the reference page and each page the agent showed."""
+    """One dialogue; with `screenshots` (frontend), the page the human has in mind and each page the agent showed."""
     reward = "None" if trajectory.get("reward") is None else f"{trajectory['reward']:.2f}"
     success = " ✔" if trajectory.get("success") else ""
     head = (f"<h3>{html.escape(str(trajectory['task_id']))} · sample {trajectory['sample_idx']} · "
             f"reward {reward}{success}</h3>")
     if screenshots:
-        head += screenshot(trajectory["task"]["ground_truth"], "the page the human has in mind (the reference)")
+        head += screenshot(trajectory["task"]["ground_truth"], "the page the human has in mind (c)")
     turns, agent_turn = [], 0
     for message in trajectory["dialogue_history"]:
         advantage = None

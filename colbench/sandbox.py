@@ -4,7 +4,7 @@
 return value as plain data (`None`, `bool`, `int`, `float`, `complex`, `str`, `bytes`, `bytearray`,
 `list`, `tuple`, `dict`, `set`, `frozenset`, with type tags). It does not decide pass or fail: the
 evaluator compares the values itself with `==` (see evaluate.py); a program never reports its own
-verdict. evaluate.py runs model-written code, and the tasks' reference solutions, only here, never
+verdict. evaluate.py runs model-written code, and the tasks' solutions, only here, never
 in its own process. What the sandbox protects against and what it does not is set out at the end
 of this docstring: it is not a virtual machine.
 
@@ -75,8 +75,8 @@ What it does not protect against (it is not a virtual machine)
 - The kernel is shared. A kernel exploit escapes. There is no seccomp filter: every system
   call is allowed.
 - The file system is the host's. A program can read every world-readable file, including the
-  project and any world-readable task file with the reference solutions (a program that reads
-  the reference can pass its tests; score untrusted models with the task files unreadable to
+  project and any world-readable task file with the solutions (a program that reads
+  the solution can pass its tests; score untrusted models with the task files unreadable to
   other users). It can write only in its private `/tmp`, `/var/tmp` and `/dev/shm` (see above)
   and in other world-writable places, if the system has any.
 - Without a mount namespace (e.g. a container without `CAP_SYS_ADMIN`), programs write into
@@ -92,7 +92,7 @@ What it does not protect against (it is not a virtual machine)
   of cores and 4 tests at once, a test gets at least a quarter of a core on a fully busy
   evaluator, so a correct program that needs more than a quarter of the timeout in CPU time may
   time out while hanging programs run beside it. Lower `--workers` or raise `--timeout` for slow
-  reference solutions.
+  solutions.
 - Without root and without unprivileged user namespaces there is no network, PID or mount
   namespace and no user switch: programs run as the evaluator's user, can reach the network,
   can read, write and delete what the evaluator can, and can signal it; only the resource

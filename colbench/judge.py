@@ -1,12 +1,12 @@
 """The critic as a judge of final answers, checked where the tests can check it.
 
-    python judge.py runs/demo/train.scored.jsonl --model runs/demo/warm --out runs/demo/judge \
+    python -m colbench.judge runs/demo/train.scored.jsonl --model runs/demo/warm --out runs/demo/judge \
         --critic runs/demo/critic_with_c --critic runs/demo/critic_no_solution
 
 At the turn states of the tasks the critics held out (their metrics.json names them), sample candidate
 replies from the policy and keep the final answers (the answer marker, or the last turn); evaluate.py runs
 their code against the tests. At each state whose answers the tests tell apart, each critic scores them as
-policy.py would (critic.score_candidates), and its top pick is compared with a random pick: the mean
+policy.py would (colbench/advantage.py score_candidates), and its top pick is compared with a random pick: the mean
 difference in tests passed, with a 95% interval over tasks, and the rank correlation of score and tests.
 Writes candidates.traj.jsonl, candidates.scored.jsonl and judge.json to --out.
 """
@@ -19,13 +19,14 @@ import sys
 
 import torch
 
+from colbench.advantage import load_critic, score_candidates
 from colbench.cli import at_least, fail, non_negative_float, non_negative_int, positive_int, trajectories_or_fail
 from colbench.data import load_trajectories, write_jsonl
-from colbench.env import ANSWER_MARKER, agent_messages, extract_answer, turn_budget
-from colbench.models import DTYPES, chat_text, compute_dtype, describe_dtype, load_model
+from colbench.env import ANSWER_MARKER, agent_messages, extract_answer, turn_budget, turn_states
+from colbench.models import DTYPES, chat_text, compute_dtype, describe_dtype, load_model, sample_candidates
 from colbench.stats import bootstrap_mean_ci, spearman
-from critic import load_critic, score_candidates
-from policy import sample_candidates, turn_states
+
+EVALUATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evaluate.py")  # run, not imported
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories whose turn states are judged (critic.py's input)")
@@ -83,7 +84,8 @@ def main(args):
     model, tokenizer = load_model(args.model, dtype=dtype)
     prompts = [chat_text(tokenizer, agent_messages(t["task"], history, turn_budget(t)), add_generation_prompt=True)
                for t, _, history in states]
-    sampled = sample_candidates(model, tokenizer, prompts, args.candidates, args)
+    sampled = sample_candidates(model, tokenizer, prompts, args.candidates, args.max_new_tokens, args.temperature,
+                                args.sample_batch_size)
     del model
 
     # Final answers only, then their tests, run by evaluate.py in its sandbox.
@@ -98,7 +100,7 @@ def main(args):
     candidates_path, scored_path = os.path.join(args.out, "candidates.traj.jsonl"), os.path.join(args.out,
                                                                                                 "candidates.scored.jsonl")
     write_jsonl(candidates_path, rows)
-    subprocess.run([sys.executable, "evaluate.py", candidates_path, "--out", scored_path], check=True)
+    subprocess.run([sys.executable, EVALUATE, candidates_path, "--out", scored_path], check=True)
     by_state = {}
     for row in load_trajectories(scored_path):
         by_state.setdefault(row["state"], []).append(row)

@@ -1,8 +1,8 @@
 """Benchmarks: how much faster the project's stages run than the simple way of doing the same.
 
-    python bench.py                    # prints each ratio, then one JSON line of all (also in runs/bench.json)
-    python bench.py --quick            # the smallest sizes: checks that every benchmark runs, numbers mean nothing
-    python bench.py --only critic_peak_gb --only critic_batching
+    python -m colbench.bench           # prints each ratio, then one JSON line of all (also in runs/bench.json)
+    python -m colbench.bench --quick   # the smallest sizes: checks that every benchmark runs, numbers mean nothing
+    python -m colbench.bench --only critic_peak_gb --only critic_batching
 
 Benchmarks, not tests: they take minutes and their numbers depend on the machine. Each run prints the
 CPU model and the precision each path computes in (models.compute_dtype: bf16 only where the hardware
@@ -34,12 +34,12 @@ with the same model (the wheel's GGUF file) served by llama.cpp's OpenAI-compati
 16 easy test tasks x 2 samples, 2 turns, replies of at most 64 tokens, the same seed; whole-process wall
 time of each rollout.py (the server starts before its clock), the agent turns of both outputs counted
 with the embedded model's tokenizer. Target: >= 1x. llama-cpp-python[server] is needed only here:
-bench.py installs it when missing (it builds llama.cpp: minutes).
+the bench installs it when missing (it builds llama.cpp: minutes).
 
 critic_batching: critic training tokens/s, one optimizer step per task, with a task's trajectories
-batched as critic.py trains (`critic.task_logps`: their shared beginning encoded once, its KV cache
+batched as critic.py trains (`task_logps` there: their shared beginning encoded once, its KV cache
 serving all of them) over one forward pass per trajectory (`colbench.models.sequence_logps`); same data, same
-steps, same starting weights. Target: >= 1x.
+steps, same starting weights, the loss the mean margin of each task's pairs (as cheap as Eq. 2). Target: >= 1x.
 
 critic_peak_gb: peak resident memory (GB, 10^9 bytes) of critic.py training the embedded model on
 one pair of 1024-token dialogues, read from the finished child's rusage; also with
@@ -50,10 +50,11 @@ history is ~1000 tokens, once with critic.py's shared-history KV cache and once 
 sequences (4 per forward pass: one pass is timed and counted 4 times); how many times faster the cache is.
 Target: >= 4x.
 
-dpo_vs_trl: one DPO + NLL epoch of policy.py against TRL's DPOTrainer on the same pairs,
-model, batch size and precision (bf16 autocast where native, else fp32), each with its reference
-log-probs computed once (TRL: precompute_ref_log_probs); TRL's time over ours. Target: >= 1x. TRL is needed only
-here: bench.py installs it when missing (it is not in requirements.txt).
+dpo_vs_trl: one DPO + NLL epoch of the project's trainer (colbench/baselines.py's Multi-Turn DPO: the
+loss and loop of policy.py) against TRL's DPOTrainer on the same pairs, model, batch size and precision
+(bf16 autocast where native, else fp32), each with its π_ref log-probs computed once (TRL:
+precompute_ref_log_probs); TRL's time over ours. Target: >= 1x. TRL is needed only
+here: the bench installs it when missing (it is not in requirements.txt).
 
 eval_vs_inprocess: trajectories/s of evaluate.py (sandboxed, parallel) on generated trajectories,
 ~10% of which hang on every test, over the official evaluator's way: `exec` the code in the
@@ -76,12 +77,13 @@ import time
 import requests
 import torch
 
+from colbench.advantage import critic_messages
 from colbench.fast_logps import token_logps
 from colbench.fast_sampling import keep_freed_memory, sample_shrinking_batch
 from colbench.models import (EMBEDDED_GGUF, autocast, chat_text, compute_dtype, embedded_model_dir, load_model,
-                             tokenize_turns)
+                             sequence_logps, tokenize_turns)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: the stage scripts run from it
 RATIOS = ("rollout_batching", "rollout_all_at_once", "sampling_in_place", "rollout_vs_llamacpp", "critic_batching",
           "critic_peak_gb", "prefix_scoring", "dpo_vs_trl", "eval_vs_inprocess")
 # sampling_in_place also gives keep_freed_memory; critic_batching, prefix_no_logits
@@ -108,16 +110,16 @@ signal.signal(signal.SIGALRM, on_alarm)
 records = [json.loads(line) for line in open(sys.argv[1])]
 timeout, start, rewards = float(sys.argv[2]), time.monotonic(), []
 for record in records:
-    reference, candidate, passed = {}, {}, 0
+    solution, candidate, passed = {}, {}, 0
     try:
-        exec(record["task"]["ground_truth"], reference)
+        exec(record["task"]["ground_truth"], solution)
         exec(extract_code(record["answer"]), candidate)
     except Exception:
         pass
     for call in record["task"]["test_cases"].values():
         try:
             signal.setitimer(signal.ITIMER_REAL, timeout)
-            expected = eval(call, reference)
+            expected = eval(call, solution)
             passed += expected is not None and eval(call, candidate) == expected
         except Exception:
             pass
@@ -134,11 +136,11 @@ def make_trajectories(path, tasks=50, samples=10, tests=4, hang_fraction=0.1, se
     with open(path, "w") as f:
         for t in range(tasks):
             scale, shift = rng.randint(2, 9), rng.randint(-5, 5)
-            reference = f"def score(values, bonus):\n    return sum(v * {scale} for v in values) + bonus + {shift}\n"
+            solution = f"def score(values, bonus):\n    return sum(v * {scale} for v in values) + bonus + {shift}\n"
             calls = {f"test{i + 1}": f"score({[rng.randint(-9, 9) for _ in range(rng.randint(1, 6))]}, {i})"
                      for i in range(tests)}
             task = {"task_id": f"bench-{t}", "problem_description": f"Score a list (task {t}).",
-                    "ground_truth": reference, "test_cases": calls}
+                    "ground_truth": solution, "test_cases": calls}
             for s in range(samples):
                 draw = rng.random()
                 if draw < hang_fraction:
@@ -214,10 +216,10 @@ def timed(function):
 
 
 def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
-    from critic import Critic, critic_messages, score_candidates, sequence_logps, turn_advantages
+    from colbench.advantage import Critic, score_candidates, turn_advantages
     from colbench.data import load_tasks
     rng = random.Random(0)
-    task = load_tasks("colbench/tasks/backend_train.jsonl")[0]
+    task = load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_train.jsonl"))[0]
     history = [{"role": "user", "content": task["problem_description"]}]
     for _ in range(exchanges):  # 4, with c, the prompts and the problem: a ~1000-token history
         history += [{"role": "assistant", "content": words(90, rng) + "?"}, {"role": "user", "content": words(90, rng)}]
@@ -252,12 +254,14 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
 
 
 def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
-    """Seconds of one DPO + NLL epoch, TRL's DPOTrainer over policy.py's, both in the chosen precision."""
+    """Seconds of one DPO + NLL epoch, TRL's DPOTrainer over ours (Multi-Turn DPO's trainer, the loss and loop of
+    policy.py), both in the chosen precision."""
     if importlib.util.find_spec("trl") is None:  # the benchmark's own dependency, installed on first use
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "trl"], check=True)
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
-    import policy
+    from colbench import baselines
+    from colbench.training import reference_logps, tokenize_completion
     rng = random.Random(0)
     rows = []
     for _ in range(pairs):
@@ -265,8 +269,7 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
                   {"role": "user", "content": words(prompt_tokens, rng)}]
         rows.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": words(reply_tokens, rng)}],
                      "rejected": [{"role": "assistant", "content": words(reply_tokens, rng)}]})
-    settings = argparse.Namespace(lr=5e-6, epochs=1, batch_size=batch_size, beta=0.1, nll_coef=0.01,
-                                  fsdp=False, gradient_checkpointing=False, lr_schedule="constant")
+    lr, beta, nll_coef = 5e-6, 0.1, 0.01
 
     dtype, _ = compute_dtype("auto")  # fp32 master weights on both sides; bf16 autocast where native
     torch.manual_seed(0)
@@ -274,10 +277,13 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
     warm_up(model)
 
     def ours():
-        examples = [policy.reply_pair_example(tokenizer, row) for row in rows]
-        policy.reference_logps(model, examples, dtype)
+        examples = [{side: tokenize_completion(tokenizer, row["prompt"], row[side]) for side in ("chosen", "rejected")}
+                    for row in rows]
+        reference_logps(model, examples, dtype)
         with tempfile.TemporaryDirectory() as folder:
-            policy.train(model, examples, settings, random.Random(0), f"{folder}/log.jsonl", dtype)
+            baselines.train(model, examples, baselines.mt_dpo_loss(beta, nll_coef, share_prompt=True), random.Random(0),
+                            f"{folder}/log.jsonl", dtype, epochs=1, batch_size=batch_size, lr=lr,
+                            lr_schedule="constant")
     ours_s = timed(ours)
     del model
 
@@ -286,8 +292,8 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
     warm_up(model)
     with tempfile.TemporaryDirectory() as folder:
         config = DPOConfig(output_dir=folder, per_device_train_batch_size=batch_size, gradient_accumulation_steps=1,
-                           num_train_epochs=1, learning_rate=settings.lr, beta=settings.beta,
-                           loss_type=["sigmoid", "sft"], loss_weights=[1.0, settings.nll_coef], max_length=None,
+                           num_train_epochs=1, learning_rate=lr, beta=beta,
+                           loss_type=["sigmoid", "sft"], loss_weights=[1.0, nll_coef], max_length=None,
                            bf16=dtype == torch.bfloat16, precompute_ref_log_probs=True, report_to=[],
                            save_strategy="no", logging_steps=1, seed=0, dataloader_num_workers=0,
                            use_cpu=model.device.type == "cpu",
@@ -300,7 +306,7 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
         trl_s = timed(trl)
     precision = "bf16 autocast" if dtype == torch.bfloat16 else "fp32"
     print(f"DPO epoch, {pairs} pairs of ~{prompt_tokens}+{reply_tokens} tokens, batch {batch_size}, {precision}: "
-          f"policy.py {ours_s:.1f} s, TRL DPOTrainer {trl_s:.1f} s -> {trl_s / ours_s:.2f}x")
+          f"ours {ours_s:.1f} s, TRL DPOTrainer {trl_s:.1f} s -> {trl_s / ours_s:.2f}x")
     return trl_s / ours_s
 
 
@@ -465,9 +471,8 @@ def bench_rollout_vs_llamacpp(tasks=16, samples=2, max_turns=2, max_new_tokens=6
     return round(local / served, 2)
 
 
-def critic_views(tokenizer, tasks, samples, turn_tokens, rng):
+def made_up_views(tokenizer, tasks, samples, turn_tokens, rng):
     """For each task, `samples` made-up dialogues of two agent turns as the critic sees them: (ids, spans)."""
-    from critic import critic_messages
     views = []
     for task in tasks:
         views.append([])
@@ -481,15 +486,14 @@ def critic_views(tokenizer, tasks, samples, turn_tokens, rng):
 
 
 def bench_critic_batching(tasks=5, samples=6, turn_tokens=60):
-    """Critic training tokens/s: a task's trajectories through shared_prefix_logps (as critic.task_logps
+    """Critic training tokens/s: a task's trajectories through shared_prefix_logps (as critic.py's task_logps
     does) over one sequence_logps each."""
+    from colbench.advantage import turn_advantages
     from colbench.data import load_tasks
-    from critic import bradley_terry_loss, turn_advantages
     from colbench.fast_logps import shared_prefix_logps
-    from colbench.models import sequence_logps
     dtype, why = compute_dtype("auto")
     tokenizer = load_model(None)[1]
-    views = critic_views(tokenizer, load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_train.jsonl"))[:tasks],
+    views = made_up_views(tokenizer, load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_train.jsonl"))[:tasks],
                          samples, turn_tokens, random.Random(0))
     tokens = sum(len(ids) for task in views[1:] for ids, _ in task)
     reference_model = load_model(None)[0]  # π_ref: the same starting weights, frozen
@@ -513,7 +517,7 @@ def bench_critic_batching(tasks=5, samples=6, turn_tokens=60):
                 logps = logps_of(model, task)
             scores = torch.stack([turn_advantages(row, ref, spans).sum()
                                   for row, ref, (_, spans) in zip(logps, task_reference, task)])
-            loss = bradley_terry_loss(scores[0::2], scores[1::2], beta=0.1)  # pairs: each even sample over the next
+            loss = (scores[1::2] - scores[0::2]).mean()  # pairs: each even sample over the next; Eq. 2 costs as much
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -539,7 +543,6 @@ def bench_critic_batching(tasks=5, samples=6, turn_tokens=60):
 
 def dialogue_of_length(tokenizer, task, length, rng):
     """A made-up dialogue whose critic view is about `length` tokens: two exchanges, the last reply filled up."""
-    from critic import critic_messages
     dialogue = [{"role": "user", "content": task["problem_description"]}]
     for _ in range(2):
         dialogue += [{"role": "assistant", "content": words(30, rng) + "?"},
@@ -553,7 +556,7 @@ def peak_resident_kib(child, every_s=0.05):
     """The peak resident memory (KiB) of a running child, read from its /proc/PID/status (VmHWM, the
     high-water mark of the memory the child itself mapped since its exec) until it exits. Not
     os.wait4's ru_maxrss: a child forked from this process starts with this process's resident size
-    as its maximum (Linux carries it across exec), so a large bench.py would hide a small child."""
+    as its maximum (Linux carries it across exec), so a large benchmark process would hide a small child."""
     peak = 0
     while child.poll() is None:
         try:
@@ -572,7 +575,6 @@ def bench_critic_peak_gb(length=1024):
     gradient checkpointing: {name: GB}."""
     from transformers import AutoTokenizer
     from colbench.data import load_tasks, write_jsonl
-    from critic import critic_messages
     tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
     task = load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_train.jsonl"))[0]
     rng = random.Random(0)
