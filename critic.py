@@ -8,7 +8,7 @@ c (the task's solution, never shown to the agent), then what the agent saw: its 
 which states the turn budget, and the dialogue. Its advantage for an agent turn is the mean
 log-ratio of the turn's tokens against its own frozen initial weights π_ref (Eq. 3, defined with the
 critic's scoring for policy.py in colbench/advantage.py); training ranks the two trajectories of a
-pair by their advantages (Eq. 2). Writes the critic folder: the checkpoint, args.json,
+pair by their advantages (Eq. 2). Writes the critic folder once whole: the checkpoint, args.json,
 log.jsonl (a line per step), metrics.json (held-out pair accuracy) and
 advantages.jsonl (each held-out turn's advantage). Departures from the paper: docs/DEPARTURES.md.
 """
@@ -27,7 +27,8 @@ from colbench import distributed
 from colbench.advantage import critic_views, key, turn_advantages
 from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, non_negative_int,
                           positive_float, positive_int, trajectories_or_fail)
-from colbench.data import PAIRINGS, default_output, preference_pairs, write_jsonl
+from colbench.data import (PAIRINGS, default_output, finish_folder, partial_folder,
+                           preference_pairs, write_jsonl)
 from colbench.fast_logps import shared_prefix_logps, shares_prefix
 from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype,
                              load_model, resolve_model, sequence_logps)
@@ -327,8 +328,8 @@ def main(args):
     ties = {"pair_accuracy": 0.5, "mean_margin": 0.0, "loss": math.log(2)}  # θ = π_ref: ties
     before = ties if eval_pairs else {}
 
-    os.makedirs(out, exist_ok=True)
-    log_path = os.path.join(out, "log.jsonl") if distributed.is_main() else None  # torchrun
+    folder = partial_folder(out) if distributed.is_main() else None  # renamed to `out` once whole
+    log_path = folder and os.path.join(folder, "log.jsonl")
     steps = train(trained, views, reference, train_pairs, rng, log_path, dtype, args.epochs,
                   args.batch_size, args.lr, args.lr_schedule, **scoring, share_prefix=share_prefix)
 
@@ -337,11 +338,12 @@ def main(args):
         held_out_keys = by_task(dict.fromkeys(key(t) for pair in eval_pairs for t in pair))
         logps = frozen_logps(model, views, held_out_keys, dtype, share_prefix, "held-out log-probs")
         after, advantages = held_out_metrics(logps, reference, views, eval_pairs, **scoring)
-    if not save_checkpoint(out, model, tokenizer):  # torchrun: only the first process writes
+    if not save_checkpoint(folder, model, tokenizer):  # torchrun: only the first process writes
         return
     held_out = [t for t in used if t["task_id"] in counts["eval_task_ids"]]
     metrics = dict(counts, steps=steps, before=before, after=after)
-    save(out, vars(args), base_model, metrics, held_out, advantages, views)
+    save(folder, vars(args), base_model, metrics, held_out, advantages, views)
+    finish_folder(folder, out)
     summary = "no held-out pairs"
     if after:
         summary = (f"held-out pair accuracy {before['pair_accuracy']:.3f} -> "

@@ -7,7 +7,7 @@ At every agent turn state o_t of the offline trajectories (the dialogue before t
 (critic.py's critic, colbench/advantage.py), and pair a random top-half candidate (chosen) with a
 random bottom-half one (rejected). The policy then trains on these pairs with DPO plus λ·NLL of the
 chosen reply. Sampling, ranking and training are three phases, each freeing its models. Writes the
-policy folder: candidates.jsonl, pairs.jsonl (TRL's preference format), args.json,
+policy folder once whole: candidates.jsonl, pairs.jsonl (TRL's preference format), args.json,
 log.jsonl and the checkpoint, which `rollout.py --agent` runs. The paper's baselines (Multi-Turn
 DPO, RFT) are colbench/baselines.py. Departures from the paper: docs/DEPARTURES.md.
 """
@@ -28,7 +28,8 @@ from colbench.advantage import load_critic, score_candidates
 from colbench.cli import (at_least, fail, fraction, non_negative_float, non_negative_int,
                           positive_float, positive_int, require_server, server_url,
                           trajectories_or_fail)
-from colbench.data import DataError, default_output, read_jsonl, task_subset, write_jsonl
+from colbench.data import (DataError, default_output, finish_folder, partial_folder, read_jsonl,
+                           task_subset, write_jsonl)
 from colbench.env import agent_messages, turn_budget, turn_states
 from colbench.fast_logps import shares_prefix
 from colbench.models import (DTYPES, SCHEDULES, EndpointChat, adamw, autocast, chat_text,
@@ -260,8 +261,7 @@ def main(args):
     print(f"{len(rows)} pairs from {len(states)} turn states of {len(trajectories)} trajectories")
     if not rows:
         fail("no pairs: every candidate of every state scored the same")
-    os.makedirs(out, exist_ok=True)
-    folder = out if distributed.is_main() else None  # torchrun: the first process writes
+    folder = partial_folder(out) if distributed.is_main() else None  # renamed to `out` once whole
     if folder:
         with open(os.path.join(folder, "args.json"), "w") as f:
             json.dump(vars(args), f, indent=2)
@@ -284,7 +284,8 @@ def main(args):
     history = train(trained, pairs, random.Random(args.seed), log_path, dtype, args.epochs,
                     args.batch_size, args.lr, args.lr_schedule, args.beta, args.nll_coef,
                     share_prompt)
-    if save_checkpoint(out, model, tokenizer):  # torchrun: only the first process writes
+    if save_checkpoint(folder, model, tokenizer):  # torchrun: only the first process writes
+        finish_folder(folder, out)
         last = history[-1]
         print(f"done: {len(history)} steps in {time.time() - started:.0f} s | last step: loss "
               f"{last['loss']:.4g} | accuracy {last['accuracy']:.2f} | margin {last['margin']:.4g} "

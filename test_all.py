@@ -1615,6 +1615,40 @@ def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model)
     assert not loaded.use_solution and not loaded.normalize
 
 
+def test_a_critic_folder_is_whole_or_absent_when_saving_fails_midway(tmp_path, tiny_model, monkeypatch):
+    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=3)
+    out = tmp_path / "critic"
+    args = critic.parser.parse_args([data, "--model", tiny_model, "--out", str(out), "--dtype", "fp32"])
+
+    def fail_writing(path, records):  # advantages.jsonl, the last file: after the checkpoint and metrics.json
+        raise OSError("disk full")
+    monkeypatch.setattr(critic, "write_jsonl", fail_writing)
+    with pytest.raises(OSError, match="disk full"):
+        critic.main(args)
+    assert not out.exists()  # what the demo takes for done
+    assert {"config.json", "metrics.json"} <= set(os.listdir(f"{out}.partial"))  # the half-written folder
+    monkeypatch.undo()
+    critic.main(args)  # the next run clears it and writes the folder whole
+    assert "advantages.jsonl" in os.listdir(out) and not os.path.exists(f"{out}.partial")
+
+
+def test_a_trainer_killed_midway_leaves_no_output_folder(tmp_path, scored_file, tiny_model):
+    out = tmp_path / "warm"
+    log = tmp_path / "warm.partial" / "log.jsonl"
+    trainer = subprocess.Popen([sys.executable, "-m", "colbench.baselines", scored_file, "--method", "sft",
+                                "--model", tiny_model, "--epochs", "1000", "--batch-size", "1", "--out", str(out)],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (log.exists() and log.read_text().count("\n") >= 2) and time.time() < deadline:
+            time.sleep(0.1)
+        assert trainer.poll() is None and log.read_text().count("\n") >= 2  # training, steps logged
+    finally:
+        trainer.kill()
+        trainer.wait()
+    assert not out.exists() and os.path.exists(tmp_path / "warm.partial" / "sft.jsonl")
+
+
 def test_colbench_imports_no_stage_script():
     stages = {"critic", "policy", "rollout", "evaluate"}
     for path in glob.glob(os.path.join(ROOT, "colbench", "**", "*.py"), recursive=True):

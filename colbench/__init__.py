@@ -6,7 +6,7 @@ bench.py       benchmarks: how much faster the stages run than the simple way of
 cli.py         argument types that refuse bad values at parse time; fail() for bad input (exit 2),
                trajectories_or_fail() for the stages' input files
 data.py        reading tasks and trajectories (JSONL) with clear errors, output paths, resumable writing,
-               the preference pairs of trajectories (Eq. 2)
+               output folders written whole or not at all, the preference pairs of trajectories (Eq. 2)
 demo.py        `make demo` / `make experiment`: the whole chain on the embedded model, one results table
 distributed.py torchrun in one place: ranks, DDP or FSDP2 wrapping, padded shares, gathers, checkpoints
 env.py         the interaction protocol: the agent's prompt, the answer marker, a dialogue's turns

@@ -8,7 +8,7 @@ colbench/data.py preference_pairs), their log-probs summed over all agent turns,
 λ·NLL of the chosen one, as policy.py trains on replies (Eq. 4). rft, Rejection Fine-Tuning: the NLL of the
 agent turns of the successful trajectories. sft: the same on every trajectory, scored or not (the demo's
 warm start on scripted dialogues, colbench/warmstart.py). The agent turns are scored under the prompt the
-agent saw, with the turn budget each trajectory records. Writes the folder: pairs.jsonl
+agent saw, with the turn budget each trajectory records. Writes the folder once whole: pairs.jsonl
 (mt-dpo, TRL's preference format) or sft.jsonl (TRL's prompt-completion format), args.json, log.jsonl and
 the checkpoint, which `rollout.py --agent` runs.
 """
@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from colbench import distributed
 from colbench.cli import (fail, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                           trajectories_or_fail)
-from colbench.data import PAIRINGS, default_output, preference_pairs, succeeded, task_subset, write_jsonl
+from colbench.data import (PAIRINGS, default_output, finish_folder, partial_folder, preference_pairs, succeeded,
+                           task_subset, write_jsonl)
 from colbench.env import agent_messages, turn_budget
 from colbench.fast_logps import shares_prefix
 from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype, load_model,
@@ -185,8 +186,7 @@ def main(args):
     dtype, why = compute_dtype(args.dtype)
     describe_dtype(args.method, dtype, why)
     data_file = "pairs.jsonl" if args.method == "mt-dpo" else "sft.jsonl"
-    os.makedirs(out, exist_ok=True)
-    folder = out if distributed.is_main() else None  # torchrun: the first process writes
+    folder = partial_folder(out) if distributed.is_main() else None  # renamed to `out` once whole
     if folder:
         with open(os.path.join(folder, "args.json"), "w") as f:
             json.dump(vars(args), f, indent=2)
@@ -210,7 +210,8 @@ def main(args):
         loss_of = nll_loss(share_prompt)
     history = train(trained, examples, loss_of, random.Random(args.seed), folder and os.path.join(folder, "log.jsonl"),
                     dtype, args.epochs, args.batch_size, args.lr, args.lr_schedule)
-    if save_checkpoint(out, model, tokenizer):  # torchrun: only the first process writes
+    if save_checkpoint(folder, model, tokenizer):  # torchrun: only the first process writes
+        finish_folder(folder, out)
         last = history[-1]
         summary = f"accuracy {last['accuracy']:.2f} | margin {last['margin']:.4g}" if "margin" in last else \
             f"nll {last['nll']:.4g}"

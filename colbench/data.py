@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 
 
 class DataError(ValueError):
@@ -149,6 +150,22 @@ def default_output(input_path, suffix):
     for ending in (".jsonl", ".scored", ".traj"):
         stem = stem[: -len(ending)] if stem.endswith(ending) else stem
     return os.path.join("runs", stem + suffix)
+
+
+def partial_folder(out):
+    """A new, empty sibling of the folder `out` for a stage to write into; finish_folder renames it to `out`
+    once all is written, so that a folder at `out` is always whole (the demo skips a step whose folder
+    exists). A run killed midway leaves `<out>.partial`, which the next run clears."""
+    partial = out.rstrip("/" + os.sep) + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    return partial
+
+
+def finish_folder(partial, out):
+    """The whole `partial` folder renamed to `out`, in place of an older `out`."""
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(partial, out)
 
 
 def finished_keys(path):

@@ -116,7 +116,7 @@ def shared_steps(run, s, critics, kind="backend"):
               str(s["warm_samples"]), "--max-turns", str(s["max_turns"]), "--out", run.path("warmstart.traj.jsonl"),
               done_when=run.path("warmstart.traj.jsonl"))
     run.stage("warm start", "-m", "colbench.baselines", run.path("warmstart.traj.jsonl"), "--method", "sft",
-              "--lr", str(s["warm_lr"]), "--out", run.path("warm"), done_when=run.path("warm", "config.json"))
+              "--lr", str(s["warm_lr"]), "--out", run.path("warm"), done_when=run.path("warm"))
     run.stage("offline rollouts", "rollout.py", run.path("train_tasks.jsonl"), "--agent", run.path("warm"),
               "--samples", str(s["samples"]), "--max-turns", str(s["max_turns"]), *sampling(s),
               "--batch-size", str(s["batch_size"]),
@@ -132,7 +132,7 @@ def train_critic(run, s, name, folder, flags=()):
     run.stage(name, "critic.py", run.path("train.scored.jsonl"), "--model", run.path("warm"), "--out", folder,
               "--epochs", str(s["critic_epochs"]), "--lr", str(s["critic_lr"]), "--trajectory-score",
               s["trajectory_score"], "--eval-fraction", "0.5", "--max-length", str(s.get("critic_max_length", 1024)),
-              *flags, done_when=os.path.join(folder, "metrics.json"))
+              *flags, done_when=folder)
 
 
 def train_agent(run, s, agent, folder, fraction, critic=None, sampled=None):
@@ -143,12 +143,12 @@ def train_agent(run, s, agent, folder, fraction, critic=None, sampled=None):
               "--out", folder]
     if agent in BASELINES:
         run.stage(agent, "-m", "colbench.baselines", run.path("train.scored.jsonl"), "--method", agent, *common,
-                  done_when=os.path.join(folder, "config.json"))
+                  done_when=folder)
         return
     run.stage(agent, "policy.py", run.path("train.scored.jsonl"), "--critic", critic,
               *(["--sampled", sampled] if sampled else []), "--candidates", str(s["candidates"]),
               "--pairs-per-turn", str(s["pairs_per_turn"]), *sampling(s),
-              "--sample-batch-size", str(s["batch_size"]), *common, done_when=os.path.join(folder, "config.json"))
+              "--sample-batch-size", str(s["batch_size"]), *common, done_when=folder)
 
 
 def play(run, s, agent, policy, tasks, samples, name):
