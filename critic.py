@@ -9,12 +9,11 @@ which states the turn budget, and the dialogue. Its advantage for an agent turn 
 log-ratio of the turn's tokens against its own frozen initial weights π_ref (Eq. 3, defined with the
 critic's scoring for policy.py in colbench/advantage.py); training ranks the two trajectories of a
 pair by their advantages (Eq. 2). Writes the critic folder once whole: the checkpoint, args.json,
-log.jsonl (a line per step), metrics.json (held-out pair accuracy) and
+log.jsonl (a line per step), metrics.json (held-out pair accuracy before and after training) and
 advantages.jsonl (each held-out turn's advantage). Departures from the paper: docs/DEPARTURES.md.
 """
 import argparse
 import json
-import math
 import os
 import random
 import time
@@ -325,15 +324,15 @@ def main(args):
     # --- SWEET-RL: π_ref of Eq. 3 is the critic's initial weights, its log-probs computed once
     reference = frozen_logps(model, views, by_task(views), dtype, share_prefix, "π_ref log-probs")
     scoring = dict(beta=args.beta, normalize=not args.no_normalize, score=args.trajectory_score)
-    ties = {"pair_accuracy": 0.5, "mean_margin": 0.0, "loss": math.log(2)}  # θ = π_ref: ties
-    before = ties if eval_pairs else {}
+    before, after, advantages = {}, {}, {}
+    if eval_pairs:  # θ = π_ref before training: the held-out evaluation of those log-probs
+        before, _ = held_out_metrics(reference, reference, views, eval_pairs, **scoring)
 
     folder = partial_folder(out) if distributed.is_main() else None  # renamed to `out` once whole
     log_path = folder and os.path.join(folder, "log.jsonl")
     steps = train(trained, views, reference, train_pairs, rng, log_path, dtype, args.epochs,
                   args.batch_size, args.lr, args.lr_schedule, **scoring, share_prefix=share_prefix)
 
-    after, advantages = {}, {}
     if eval_pairs:
         held_out_keys = by_task(dict.fromkeys(key(t) for pair in eval_pairs for t in pair))
         logps = frozen_logps(model, views, held_out_keys, dtype, share_prefix, "held-out log-probs")
