@@ -4,12 +4,12 @@
 
 Reads scored trajectories (evaluate.py's output, or an official ColBench offline file with rewards).
 Two trajectories of one task whose rewards differ make a pair. The critic is a causal LM that reads
-c (the task's solution, never shown to the agent), then what the agent saw: its prompt,
-which states the turn budget, and the dialogue. Its advantage for an agent turn is the mean
-log-ratio of the turn's tokens against its own frozen initial weights π_ref (Eq. 3, defined with the
-critic's scoring for policy.py in colbench/advantage.py); training ranks the two trajectories of a
-pair by their advantages (Eq. 2). Writes the critic folder once whole: the checkpoint, args.json,
-log.jsonl (a line per step), metrics.json (held-out pair accuracy before and after training) and
+c (the task's solution, never shown to the agent), then what the agent saw: its prompt, which states
+the turn budget, and the dialogue. Its advantage for an agent turn is the mean log-ratio of the
+turn's tokens against its own frozen initial weights π_ref (Eq. 3, defined with the critic's
+scoring for policy.py in colbench/advantage.py); training ranks the two trajectories of a pair by
+their advantages (Eq. 2). Writes the critic folder once whole: the checkpoint, args.json, log.jsonl
+(a line per step), metrics.json (held-out pair accuracy before and after training) and
 advantages.jsonl (each held-out turn's advantage). Departures from the paper: docs/DEPARTURES.md.
 """
 import argparse
@@ -93,8 +93,8 @@ def trajectory_scores(logps, reference, views, keys, normalize=True, score="turn
 
 
 def bradley_terry_loss(chosen_scores, rejected_scores, beta):
-    """Eq. 2: L = −log σ(β Σ_t A_t⁺ − β Σ_t A_t⁻). chosen_scores, rejected_scores: [pairs], each a
-    trajectory's Σ_t A_t. Returns the mean loss over the pairs (a scalar)."""
+    """Eq. 2: L = −log σ(β Σ_t A_t⁺ − β Σ_t A_t⁻). chosen_scores, rejected_scores:
+    [pairs], each a trajectory's Σ_t A_t. Returns the mean loss over the pairs (a scalar)."""
     return -F.logsigmoid(beta * (chosen_scores - rejected_scores)).mean()
 
 

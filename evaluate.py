@@ -1,17 +1,19 @@
-"""Stage 2 of SWEET-RL: score trajectories, backend answers by unit tests, frontend pages by their screenshots.
+"""Stage 2 of SWEET-RL: score trajectories, backend answers by unit tests, frontend pages by image.
 
     python evaluate.py runs/backend_train.traj.jsonl     # -> runs/backend_train.scored.jsonl
 
-Backend: the final code is taken out of `answer` and run, with the task's reference solution, on every
-test call in colbench/sandbox.py (never in this process). A test passes when the two return values are
-equal under `==` and the reference's is not None, the official rule; a test whose reference gives no
-value is the task's fault, left out and named in `broken_tests`. Adds `reward` (fraction of tests
-passed), `success` (all passed), `tests_passed`, `tests_total`, `test_results`, `failure` and
-`failure_detail`. --official-scoring applies the official evaluator's rules where they differ.
-Frontend: `reward` is the similarity of the final page's full-page screenshot to the reference page's:
-the CLIP cosine with --clip (the paper's), else `edge-color` (edges and colors agreeing, 0 for a blank
-page), which needs no weights; `image_score` names it, `answered_page` says whether there was a page.
---against adds the win rate per task. Prints the metrics. Departures from the paper: docs/DEPARTURES.md.
+Backend: the final code is taken out of `answer` and run, with the task's reference solution, on
+every test call in colbench/sandbox.py (never in this process). A test passes when the two return
+values are equal under `==` and the reference's is not None, the official rule; a test whose
+reference gives no value is the task's fault, left out and named in `broken_tests`. Adds `reward`
+(fraction of tests passed), `success` (all passed), `tests_passed`, `tests_total`, `test_results`,
+`failure` and `failure_detail`. --official-scoring applies the official evaluator's rules where they
+differ.
+Frontend: `reward` is the similarity of the final page's full-page screenshot to the reference
+page's: the CLIP cosine with --clip (the paper's), else `edge-color` (edges and colors agreeing, 0
+for a blank page), which needs no weights; `image_score` names it, `answered_page` says whether
+there was a page. --against adds the win rate per task. Prints the metrics. Departures from the
+paper: docs/DEPARTURES.md.
 """
 import argparse
 import collections
@@ -33,13 +35,15 @@ from colbench.env import ANSWER_MARKER
 from colbench.render import ChromiumMissing
 from colbench.sandbox import Sandbox
 
-CATEGORIES = ("syntax error", "exception", "timeout", "wrong output", "out of memory", "crashed", "banned substring")
+CATEGORIES = ("syntax error", "exception", "timeout", "wrong output", "out of memory", "crashed",
+              "banned substring")
 BROKEN = "broken test"  # in test_results: the reference gave nothing to compare with
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("trajectories", help="trajectory JSONL (project schema or official offline file)")
+    parser.add_argument("trajectories",
+                        help="trajectory JSONL (project schema or official offline file)")
     parser.add_argument("--out", help="scored JSONL (default: runs/<stem>.scored.jsonl)")
     parser.add_argument("--workers", type=positive_int, default=len(os.sched_getaffinity(0)),
                         help="sandboxes running side by side (default: number of cores)")
@@ -47,14 +51,17 @@ def parse_args(argv=None):
                         help="seconds per test call, wall clock, as in the official evaluator")
     parser.add_argument("--summary-json", help="also write the summary metrics to this file")
     parser.add_argument("--official-scoring", action="store_true",
-                        help="backend: the official evaluator's rules (first code block, code run inside a "
-                             "function, banned substrings score 0), still in the sandbox")
+                        help="backend: the official evaluator's rules (first code block, code run "
+                             "inside a function, banned substrings score 0), still in the sandbox")
     parser.add_argument("--keep-rewards", action="store_true",
                         help="keep a `reward` already in the input instead of re-scoring that line")
-    parser.add_argument("--clip", help="frontend: score pages by this CLIP checkpoint (a folder with the model and its "
-                                       f"image processor, or a hub id: the paper's is {frontend.DEFAULT_CLIP}); "
-                                       "without it, by the screenshots' edges and colors (edge-color)")
-    parser.add_argument("--against", help="another scored JSONL: print the win rate per task both files hold")
+    parser.add_argument("--clip",
+                        help="frontend: score pages by this CLIP checkpoint (a folder with the "
+                             "model and its image processor, or a hub id: the paper's is "
+                             f"{frontend.DEFAULT_CLIP}); "
+                             "without it, by the screenshots' edges and colors (edge-color)")
+    parser.add_argument("--against",
+                        help="another scored JSONL: print the win rate per task both files hold")
     return parser.parse_args(argv)
 
 
@@ -75,9 +82,10 @@ def is_prose(line):
 def strip_prose(text):
     """The code between prose lines of an answer without code fences."""
     lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() and not is_prose(line)), len(lines))
-    end = next((i for i in range(start, len(lines)) if lines[i][:1].isalpha() and is_prose(lines[i])),
-               len(lines))
+    start = next((i for i, line in enumerate(lines) if line.strip() and not is_prose(line)),
+                 len(lines))
+    end = next((i for i in range(start, len(lines))
+                if lines[i][:1].isalpha() and is_prose(lines[i])), len(lines))
     return "\n".join(lines[start:end])
 
 
@@ -90,19 +98,22 @@ def extract_code(answer):
     text = after_marker(answer).lstrip(" \t")  # code that starts on the marker's line
     blocks = [(tag.strip().lower(), body) for tag, body in FENCE.findall(text)]
     if blocks:
-        bodies = [body for tag, body in blocks if tag in PYTHON_TAGS] or [body for _, body in blocks]
-        code = next((body for body in bodies if re.search(r"^\s*(async\s+)?def ", body, re.M)), bodies[0])
+        bodies = ([body for tag, body in blocks if tag in PYTHON_TAGS]
+                  or [body for _, body in blocks])
+        code = next((body for body in bodies if re.search(r"^\s*(async\s+)?def ", body, re.M)),
+                    bodies[0])
     else:
         code = strip_prose(text.replace("```", ""))
     return textwrap.dedent(code).strip("\n") + "\n"
 
 
-# --- the official evaluator's rules (--official-scoring) ---------------------------------------------
-# An answer holding any of these scores 0 in the official evaluator: the list its `check_correctness` applies,
-# matched as plain substrings of the answer after the marker, prose included ("exit(" in "sys.exit(" too).
-# A second list in the official code (print(, open(, write) sits in a helper that nothing calls: not applied.
-OFFICIAL_BANNED = ("import os", "from os", "import sys", "from sys", "sudo", "transformers", "exit(", "quit(",
-                   "argparse")
+# --- the official evaluator's rules (--official-scoring) -----------------------------------------
+# An answer holding any of these scores 0 in the official evaluator: the list its
+# `check_correctness` applies, matched as plain substrings of the answer after the marker, prose
+# included ("exit(" in "sys.exit(" too). A second list in the official code (print(, open(, write)
+# sits in a helper that nothing calls: not applied.
+OFFICIAL_BANNED = ("import os", "from os", "import sys", "from sys", "sudo", "transformers",
+                   "exit(", "quit(", "argparse")
 
 
 def banned_substring(answer):
@@ -111,8 +122,8 @@ def banned_substring(answer):
 
 
 def official_code(answer):
-    """The official evaluator's program: the first ```python block, else the first ``` block (its tag,
-    if any, left in), else the whole answer."""
+    """The official evaluator's program: the first ```python block, else the first ``` block (its
+    tag, if any, left in), else the whole answer."""
     text = after_marker(answer)
     for fence in ("```python", "```"):
         if fence in text:
@@ -121,18 +132,18 @@ def official_code(answer):
 
 
 def in_function_scope(code, calls):
-    """`code` and its test calls rewritten to run as the official evaluator ran them, by exec and eval
-    inside a function: the program's top-level names (imports, helper functions) land in that
+    """`code` and its test calls rewritten to run as the official evaluator ran them, by exec and
+    eval inside a function: the program's top-level names (imports, helper functions) land in that
     function's local namespace, where the functions the program defines cannot see them."""
     program = ("_globals, _locals = {'__name__': 'solution'}, {}\n"
                f"exec(compile({code!r}, '<answer>', 'exec'), _globals, _locals)\n")
     return program, [(name, f"eval({call!r}, _globals, _locals)") for name, call in calls]
 
 
-# --- backend scoring -------------------------------------------------------------------------------
+# --- backend scoring -----------------------------------------------------------------------------
 def broken_reason(expected):
-    """Why a test cannot count, from the reference function's result on it (`expected`); None when it
-    has a value to compare with."""
+    """Why a test cannot count, from the reference function's result on it (`expected`); None when
+    it has a value to compare with."""
     if expected.get("value") is not None:
         return None
     if "value" in expected:
@@ -144,8 +155,10 @@ def broken_reason(expected):
 
 
 def broken_tests(task, expected_results):
-    """{test name: why it cannot count} for the task's tests whose reference function gave no value."""
-    reasons = {name: broken_reason(expected_results.get(name, {"error": "crashed"})) for name in task["test_cases"]}
+    """{test name: why it cannot count} for the task's tests whose reference function gave no
+    value."""
+    reasons = {name: broken_reason(expected_results.get(name, {"error": "crashed"}))
+               for name in task["test_cases"]}
     return {name: reason for name, reason in reasons.items() if reason}
 
 
@@ -172,19 +185,21 @@ def main_failure(outcomes):
 
 
 def task_key(task):
-    """Records of one task (the same id, reference and tests) share one run of the reference function."""
+    """Records of one task (the same id, reference and tests) share one run of the reference
+    function."""
     return json.dumps([task["task_id"], task["ground_truth"], task["test_cases"]], sort_keys=True)
 
 
 def sandbox_program(code, task, official_scoring):
-    """What the sandbox runs: the code and the task's test calls, or as the official evaluator ran them."""
+    """What the sandbox runs: the code and the task's test calls, or as the official evaluator ran
+    them."""
     calls = list(task["test_cases"].items())
     return in_function_scope(code, calls) if official_scoring else (code, calls)
 
 
 def run_in_sandbox(sandboxes, isolation, code, calls):
-    """The results of `calls` after `code`, in a free sandbox from the queue `sandboxes`; adds the sandbox's
-    isolation report to `isolation`."""
+    """The results of `calls` after `code`, in a free sandbox from the queue `sandboxes`; adds the
+    sandbox's isolation report to `isolation`."""
     sandbox = sandboxes.get()
     try:
         reply = sandbox.run(code, calls)
@@ -195,8 +210,8 @@ def run_in_sandbox(sandboxes, isolation, code, calls):
 
 
 def reward_fields(task, judged, broken, official_scoring):
-    """The reward fields of a record, from judged: {counted test name: (outcome, detail)} and broken: {test name:
-    why it is not counted}."""
+    """The reward fields of a record, from judged: {counted test name: (outcome, detail)} and
+    broken: {test name: why it is not counted}."""
     outcomes = {name: outcome for name, (outcome, _) in judged.items()}
     if official_scoring:  # the official evaluator fails a broken test for every candidate
         outcomes.update({name: BROKEN for name in broken})
@@ -208,7 +223,8 @@ def reward_fields(task, judged, broken, official_scoring):
         detail = next((d for o, d in judged.values() if o == failure), None)
     return dict(reward=passed / len(outcomes) if outcomes else 0.0,
                 success=bool(outcomes) and passed == len(outcomes),
-                tests_passed=passed, tests_total=len(outcomes), failure=failure, failure_detail=detail,
+                tests_passed=passed, tests_total=len(outcomes), failure=failure,
+                failure_detail=detail,
                 test_results={name: outcomes.get(name, BROKEN) for name in task["test_cases"]},
                 broken_tests=broken)
 
@@ -239,7 +255,8 @@ def score_answers(pool, run, records, expected_results, official_scoring, progre
             record.update(reward_fields(task, judged, broken, official_scoring))
             progress.update(1)
             continue
-        code = official_code(record["answer"]) if official_scoring else extract_code(record["answer"])
+        code = (official_code(record["answer"]) if official_scoring
+                else extract_code(record["answer"]))
         jobs[pool.submit(run, *sandbox_program(code, record["task"], official_scoring))] = record
     for job in as_completed(jobs):
         record, results = jobs[job], job.result()
@@ -253,7 +270,8 @@ def score_answers(pool, run, records, expected_results, official_scoring, progre
 
 
 def score_backend(records, args, progress):
-    """Add reward fields to each backend record, in place; returns the sandbox's isolation report."""
+    """Add reward fields to each backend record, in place; returns the sandbox's isolation
+    report."""
     sandboxes = queue.Queue()
     for _ in range(args.workers):
         sandboxes.put(Sandbox(timeout=args.timeout).start())  # started here: see PR_SET_PDEATHSIG
@@ -270,20 +288,22 @@ def score_backend(records, args, progress):
     return isolation
 
 
-# --- frontend scoring ------------------------------------------------------------------------------
+# --- frontend scoring ----------------------------------------------------------------------------
 def score_frontend(records, args, progress):
-    """Add `reward` (the final page's similarity to the reference page), `image_score` and `answered_page` to each
-    frontend record."""
+    """Add `reward` (the final page's similarity to the reference page), `image_score` and
+    `answered_page` to each frontend record."""
     try:
         scorer = frontend.ClipScorer(args.clip) if args.clip else frontend.EdgeColorSimilarity()
-        print(f"frontend image score: {scorer.name}" + ("" if args.clip else " (the screenshots' edges and colors "
-                                                           "agreeing; --clip PATH for the paper's CLIP cosine)"))
+        print(f"frontend image score: {scorer.name}"
+              + ("" if args.clip else " (the screenshots' edges and colors "
+                                      "agreeing; --clip PATH for the paper's CLIP cosine)"))
         rewards = frontend.score_pages(scorer, [r["answer"] for r in records],
                                        [r["task"]["ground_truth"] for r in records])
     except (frontend.ClipUnavailable, ChromiumMissing) as e:
         fail(e)
     for record, reward in zip(records, rewards):
-        record.update(reward=reward, image_score=scorer.name, answered_page=bool(record["answer"].strip()))
+        record.update(reward=reward, image_score=scorer.name,
+                      answered_page=bool(record["answer"].strip()))
     progress.update(len(records))
     return {}
 
@@ -292,7 +312,7 @@ def score_frontend(records, args, progress):
 SCORERS = {"backend": score_backend, "frontend": score_frontend}
 
 
-# --- metrics -----------------------------------------------------------------------------------------
+# --- metrics -------------------------------------------------------------------------------------
 def percent(values):
     values = list(values)
     return round(100 * sum(values) / len(values), 2) if values else 0.0
@@ -304,11 +324,12 @@ def summarize(records):
     for record in records:
         by_task[record["task_id"]].append(record)
     if all(task_kind(r["task"]) == "frontend" for r in records):
-        summary = {"trajectories": len(records), "tasks": len(by_task), "image_score": records[0].get("image_score"),
+        summary = {"trajectories": len(records), "tasks": len(by_task),
+                   "image_score": records[0].get("image_score"),
                    "mean_score": round(sum(r["reward"] for r in records) / len(records), 4)}
         if max(len(samples) for samples in by_task.values()) > 1:
-            summary["best_of_k_score"] = round(sum(max(r["reward"] for r in s) for s in by_task.values())
-                                               / len(by_task), 4)
+            summary["best_of_k_score"] = round(
+                sum(max(r["reward"] for r in s) for s in by_task.values()) / len(by_task), 4)
         return summary
     summary = {"trajectories": len(records), "tasks": len(by_task),
                "mean_tests_passed_pct": percent(r["reward"] for r in records),
@@ -319,7 +340,8 @@ def summarize(records):
             "k": sizes[0] if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}",
             "tests_passed_pct": percent(max(r["reward"] for r in s) for s in by_task.values()),
             "success_rate_pct": percent(any(succeeded(r) for r in s) for s in by_task.values())}
-    summary["failures"] = dict(collections.Counter(r["failure"] for r in records if r.get("failure")))
+    summary["failures"] = dict(collections.Counter(r["failure"] for r in records
+                                                   if r.get("failure")))
     broken = {(r["task_id"], name): reason
               for r in records for name, reason in r.get("broken_tests", {}).items()}
     summary["broken_tests"] = [f"task {task_id} {name}: {reason}"
@@ -336,10 +358,13 @@ def by_kind(records):
 
 
 def refuse_other_image_score(others, against, image_score):
-    """Stop when the --against file's frontend rewards come from another image score than this run's."""
-    theirs = {r.get("image_score") for r in others if task_kind(r["task"]) == "frontend"} - {image_score}
+    """Stop when the --against file's frontend rewards come from another image score than this
+    run's."""
+    theirs = ({r.get("image_score") for r in others if task_kind(r["task"]) == "frontend"}
+              - {image_score})
     if theirs:  # two rewards of different scores say nothing about each other
-        fail(f"--against {against} was scored by {', '.join(map(str, sorted(theirs, key=str)))}, this file by "
+        fail(f"--against {against} was scored by "
+             f"{', '.join(map(str, sorted(theirs, key=str)))}, this file by "
              f"{image_score}: score both the same way")
 
 
@@ -367,14 +392,15 @@ def win_rate_against(records, others, against):
             theirs[record["task_id"]].append(record["reward"])
     rate, wins, ties, losses = frontend.win_rate(mine, theirs)
     print(f"win rate against {against}: " + (f"{100 * rate:.1f}%" if rate is not None else "n/a")
-          + f" over {wins + ties + losses} matched tasks ({wins} wins, {ties} ties, {losses} losses)")
+          + f" over {wins + ties + losses} matched tasks "
+            f"({wins} wins, {ties} ties, {losses} losses)")
     return {"against": against, "rate": rate, "wins": wins, "ties": ties, "losses": losses}
 
 
 def print_frontend(front):
-    print(f"frontend: {front['trajectories']} trajectories, {front['tasks']} tasks: mean {front['image_score']} "
-          f"{front['mean_score']:.4f}" + (f", best-of-k {front['best_of_k_score']:.4f}"
-                                          if "best_of_k_score" in front else ""))
+    print(f"frontend: {front['trajectories']} trajectories, {front['tasks']} tasks: "
+          f"mean {front['image_score']} {front['mean_score']:.4f}"
+          + (f", best-of-k {front['best_of_k_score']:.4f}" if "best_of_k_score" in front else ""))
 
 
 def print_backend(summary):
@@ -390,7 +416,9 @@ def print_backend(summary):
         shown = summary["broken_tests"][:3]
         more = len(summary["broken_tests"]) - len(shown)
         print(f"broken tests (not counted): {len(summary['broken_tests'])} ({'; '.join(shown)}"
-              + (f"; {more} more in the summary and the scored file's broken_tests" if more else "") + ")")
+              + (f"; {more} more in the summary and the scored file's broken_tests"
+                 if more else "")
+              + ")")
 
 
 def main(argv=None):
@@ -428,7 +456,8 @@ def main(argv=None):
                    args=vars(args))
     if kinds["backend"]:
         print_backend(summary)
-    print(f"scored {len(to_score)} in {seconds:.1f} s ({summary['trajectories_per_s']} trajectories/s)")
+    print(f"scored {len(to_score)} in {seconds:.1f} s "
+          f"({summary['trajectories_per_s']} trajectories/s)")
     print(f"wrote {out}")
     if args.summary_json:
         os.makedirs(os.path.dirname(args.summary_json) or ".", exist_ok=True)
