@@ -5,9 +5,9 @@
 At every agent turn state o_t of the offline trajectories (the dialogue before that turn), sample
 --candidates replies from the starting policy, score each with the critic's advantage A(o_t, a, c)
 (critic.py's critic, colbench/advantage.py), and pair a random top-half candidate (chosen) with a
-random bottom-half one (rejected). The policy then trains on these pairs with DPO plus λ·NLL of the
-chosen reply. Sampling, ranking and training are three phases, each freeing its models. Writes the
-policy folder once whole: candidates.jsonl, pairs.jsonl (TRL's preference format), args.json,
+random bottom-half one (rejected). The policy then trains on these pairs with DPO plus λ·NLL of
+the chosen reply. Sampling, ranking and training are three phases, each freeing its models. Writes
+the policy folder once whole: candidates.jsonl, pairs.jsonl (TRL's preference format), args.json,
 log.jsonl and the checkpoint, which `rollout.py --agent` runs. The paper's baselines (Multi-Turn
 DPO, RFT) are colbench/baselines.py. Departures from the paper: docs/DEPARTURES.md.
 """
@@ -29,7 +29,7 @@ from colbench.cli import (at_least, fail, fraction, non_negative_float, non_nega
                           positive_float, positive_int, require_server, server_url,
                           trajectories_or_fail)
 from colbench.data import (DataError, default_output, finish_folder, partial_folder, read_jsonl,
-                           task_subset, write_jsonl)
+                           trajectory_subset, write_jsonl)
 from colbench.env import agent_messages, turn_budget, turn_states
 from colbench.fast_logps import shares_prefix
 from colbench.models import (DTYPES, SCHEDULES, EndpointChat, adamw, autocast, chat_text,
@@ -51,8 +51,7 @@ parser.add_argument("--candidates", type=at_least(2), default=6,
 parser.add_argument("--pairs-per-turn", type=positive_int, default=2,
                     help="preference pairs drawn per turn state")
 parser.add_argument("--data-fraction", type=fraction, default=1.0,
-                    help="use the trajectories of this random fraction of the tasks (as "
-                         "colbench.baselines, same --seed)")
+                    help="rank the turn states of this random fraction of the trajectories")
 parser.add_argument("--sampled", help="candidates.jsonl of an earlier run on the same data: rank "
                                       "its candidates instead of sampling (the controls: the same "
                                       "candidates, another ranking)")
@@ -63,7 +62,7 @@ parser.add_argument("--temperature", type=non_negative_float, default=0.7,
 parser.add_argument("--beta", type=positive_float, default=0.1, help="DPO temperature β' (Eq. 4)")
 parser.add_argument("--nll-coef", type=non_negative_float, default=1.0,
                     help="weight λ of the NLL term (Eq. 4)")
-parser.add_argument("--lr", type=positive_float, default=2e-5,
+parser.add_argument("--lr", type=positive_float, default=1e-5,
                     help="AdamW learning rate (paper: 2e-7 for 8B models)")
 parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the pairs")
 parser.add_argument("--batch-size", type=positive_int, default=8,
@@ -87,7 +86,8 @@ scale.add_argument("--fsdp", action="store_true",
                    help="under torchrun: shard weights, gradients and AdamW states (FSDP2)")
 
 
-# --- the SWEET-RL part: rank the candidates, top half against bottom half (§4.3), DPO + NLL (Eq. 4)
+# --- the SWEET-RL part: rank the candidates, top half against bottom half (§4.3),
+# DPO + NLL (Eq. 4)
 
 def top_bottom_pairs(scores, pairs_per_turn, rng):
     """(chosen, rejected) indices: a random candidate of the top half against one of the bottom
@@ -113,7 +113,8 @@ def state_pairs(trajectory, turn, history, replies, scores, pairs_per_turn, rng)
 
 def dpo_nll_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
                  reference_rejected_logps, chosen_nll, beta, nll_coef):
-    """Paper Eq. 4: DPO on (chosen, rejected) plus λ · NLL of the chosen reply. Inputs: [pairs]."""
+    """Paper Eq. 4: DPO on (chosen, rejected) plus λ · NLL of the chosen reply.
+    Inputs: [pairs]."""
     chosen_rewards = beta * (policy_chosen_logps - reference_chosen_logps)  # [pairs]
     rejected_rewards = beta * (policy_rejected_logps - reference_rejected_logps)  # [pairs]
     losses = -F.logsigmoid(chosen_rewards - rejected_rewards) + nll_coef * chosen_nll  # [pairs]
@@ -235,7 +236,7 @@ def main(args):
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    trajectories = task_subset(trajectories_or_fail(args.scored), args.data_fraction, rng)
+    trajectories = trajectory_subset(trajectories_or_fail(args.scored), args.data_fraction, rng)
     states = turn_states(trajectories)
     critic_dir = args.critic or default_output(args.scored, ".critic")
     # What the phases need, checked before any model loads.
@@ -278,7 +279,8 @@ def main(args):
     pairs = [{side: tokenize_completion(tokenizer, row["prompt"], row[side])
               for side in ("chosen", "rejected")} for row in rows]
     share_prompt = shares_prefix(args.fsdp, args.gradient_checkpointing)
-    reference_logps(model, pairs, dtype, share_prompt)  # --- SWEET-RL: π_ref of Eq. 4, in each pair
+    # --- SWEET-RL: π_ref of Eq. 4, in each pair
+    reference_logps(model, pairs, dtype, share_prompt)
     started, log_path = time.time(), folder and os.path.join(folder, "log.jsonl")
     # The training order has its own seed, so that every torchrun process draws the same one.
     history = train(trained, pairs, random.Random(args.seed), log_path, dtype, args.epochs,

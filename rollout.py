@@ -40,7 +40,9 @@ parser.add_argument("--agent", default="embedded",
 parser.add_argument("--simulator", default="embedded",
                     help="'embedded', an OpenAI-compatible URL, or a model")
 parser.add_argument("--samples", type=positive_int, default=5, help="trajectories per task (K)")
-parser.add_argument("--limit", type=positive_int, help="use only the first N tasks")
+parser.add_argument("--tier", choices=("easy", "medium", "hard"),
+                    help="use only the backend tasks of this tier")
+parser.add_argument("--limit", type=positive_int, help="use only the first N tasks (of the tier)")
 parser.add_argument("--max-turns", type=positive_int, default=3,
                     help="agent turns per dialogue at most")
 parser.add_argument("--temperature", type=non_negative_float, default=0.7,
@@ -73,7 +75,8 @@ def main(args):
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     try:
-        tasks = load_tasks(args.tasks)[: args.limit]
+        tasks = [t for t in load_tasks(args.tasks) if args.tier in (None, t.get("tier"))]
+        tasks = tasks[: args.limit]
         done = finished_keys(out)
         differs = made_another_way(out, dict(made, max_turns=args.max_turns)) if done else []
     except DataError as e:

@@ -17,6 +17,7 @@ import platform
 import random
 import re
 import shutil
+import shlex
 import signal
 import socket
 import statistics
@@ -766,7 +767,7 @@ def test_keep_freed_memory_maps_no_new_pages_for_a_block_like_one_just_freed():
     """In a fresh process each, so that no earlier test's heap or threads decide where the block lands."""
     def page_faults(mode):
         run = subprocess.run([sys.executable, "-c", PAGE_FAULTS_OF_A_BLOCK_AFTER_ONE_FREED, mode],
-                             capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
+                             capture_output=True, text=True, cwd=ROOT)
         if run.returncode == 3:
             pytest.skip("malloc is not glibc's here (a preloaded allocator)")
         assert run.returncode == 0, run.stderr
@@ -1929,13 +1930,18 @@ def test_policy_mt_dpo_pairs_by_the_pairing_rule_asked_for():
         assert [(row["chosen_sample_idx"], row["rejected_sample_idx"]) for row in rows] == expected
 
 
-def test_data_fraction_keeps_whole_tasks_the_same_for_every_trainer():
-    from colbench.data import task_subset
+def test_data_fraction_whole_tasks_for_the_baselines_and_trajectories_across_tasks_for_sweet_rl():
+    from colbench.data import task_subset, trajectory_subset
     trajectories = [dict(SCORED[0], task_id=f"t{i // 3}", sample_idx=i % 3) for i in range(30)]  # 10 tasks x 3
     kept = task_subset(trajectories, 0.3, random.Random(7))
-    assert len(kept) == 9 and len({t["task_id"] for t in kept}) == 3  # 3 whole tasks
-    assert kept == task_subset(trajectories, 0.3, random.Random(7))  # policy.py and colbench.baselines: the same data
-    assert task_subset(trajectories, 1.0, random.Random(7)) == trajectories
+    assert len(kept) == 9 and len({t["task_id"] for t in kept}) == 3  # 3 whole tasks: MT-DPO pairs within them
+    assert kept == task_subset(trajectories, 0.3, random.Random(7))  # the same seed, the same data
+    kept = trajectory_subset(trajectories, 0.3, random.Random(7))
+    assert len(kept) == 9 and len({t["task_id"] for t in kept}) > 3  # policy.py: states from more tasks
+    assert kept == [t for t in trajectories if t in kept]  # in file order
+    assert kept == trajectory_subset(trajectories, 0.3, random.Random(7))
+    for subset in (task_subset, trajectory_subset):
+        assert subset(trajectories, 1.0, random.Random(7)) == trajectories
 
 
 def test_policy_controls_rank_the_same_candidates_at_random_or_by_another_critic(tmp_path, scored_file, critic_dir,
@@ -2481,3 +2487,58 @@ def test_docs_point_at_the_definitions_they_name(document, at_least):
         with open(os.path.join(ROOT, path)) as f:
             definition = rf"(def|class) {name}\b|{name} = "  # a function, a class, or a constant (demo SETTINGS)
             assert re.match(definition, f.read().split("\n")[int(line) - 1]), f"{path}:{line} {name}"
+
+
+class ScriptedServer(http.server.BaseHTTPRequestHandler):
+    """An agent behind the OpenAI chat schema that gets some tasks right and others wrong: each reply is
+    colbench/scripted.py's asking by subject or its fixed request, drawn at random. The README's chain
+    plays its offline dialogues with it, since a tiny random model never passes a test and critic.py
+    needs trajectories whose rewards differ."""
+    agents, rng = {}, random.Random(0)
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        dialogue = [m for m in body["messages"] if m["role"] != "system"]
+        choices = []
+        for index in range(body.get("n", 1)):
+            agent = ScriptedServer.agents[ScriptedServer.rng.choice(["scripted:by-subject", "scripted:fixed"])]
+            message = {"role": "assistant", "content": agent.reply(dialogue)}
+            choices.append({"index": index, "finish_reason": "stop", "message": message})
+        self.send_json(200, {"id": "1", "object": "chat.completion", "model": body["model"], "choices": choices})
+
+    do_GET = StubOpenAI.do_GET
+    send_json = StubOpenAI.send_json
+
+
+def test_the_readme_chain_runs_as_written(tmp_path, tiny_model):
+    """Every command of README.md's "The chain, by hand", run in a fresh folder, with two changes: the
+    warm start starts from a tiny random model (--model), and the offline dialogues are played by
+    ScriptedServer in place of runs/warm. Each stage must find what the one before it wrote."""
+    from colbench.scripted import ScriptedAgent
+    text = open(os.path.join(ROOT, "README.md")).read()
+    block = text.split("## The chain, by hand", 1)[1].split("```\n", 2)[1]
+    commands = [shlex.split(line.split("  #")[0]) for line in block.splitlines() if line.startswith("python ")]
+    assert len(commands) >= 8
+    tasks = load_tasks(os.path.join(ROOT, "colbench/tasks/backend_valid.jsonl"))
+    ScriptedServer.agents = {name: ScriptedAgent(name, tasks, 3) for name in ("scripted:by-subject", "scripted:fixed")}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ScriptedServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    os.symlink(os.path.join(ROOT, "colbench"), tmp_path / "colbench")  # the task files, and python -m colbench.*
+    try:
+        for argv in commands:
+            assert argv[0] == "python"
+            if "--method" in argv and argv[argv.index("--method") + 1] == "sft":
+                argv += ["--model", tiny_model]
+            if "backend_valid.jsonl" in " ".join(argv) and argv[1] == "rollout.py":
+                argv[argv.index("--agent") + 1] = f"http://127.0.0.1:{server.server_address[1]}/v1"
+            script = argv[1] if argv[1] == "-m" else os.path.join(ROOT, argv[1])
+            run_script(script, *argv[2:], cwd=tmp_path, timeout=600)
+    finally:
+        server.shutdown()
+    scored = read_jsonl(tmp_path / "runs" / "backend_valid.scored.jsonl")
+    assert 0 < sum(t["success"] for t in scored) < len(scored)  # rewards that differ: the critic had pairs
+    assert os.path.isfile(tmp_path / "runs" / "backend_valid.policy" / "model.safetensors")
+    assert len(read_jsonl(tmp_path / "runs" / "test.scored.jsonl")) == len(scored)

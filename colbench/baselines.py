@@ -49,7 +49,7 @@ parser.add_argument("--pairing", default="all", choices=PAIRINGS,
                     help="mt-dpo: which trajectories of a task make pairs, as critic.py --pairing")
 parser.add_argument("--beta", type=positive_float, default=0.1, help="mt-dpo: DPO temperature β'")
 parser.add_argument("--nll-coef", type=non_negative_float, default=1.0, help="mt-dpo: weight λ of the NLL term")
-parser.add_argument("--lr", type=positive_float, default=2e-5, help="AdamW learning rate (sft in the demo: 5e-5)")
+parser.add_argument("--lr", type=positive_float, default=1e-5, help="AdamW learning rate (the warm start: 1e-4)")
 parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the pairs (rft, sft: trajectories)")
 parser.add_argument("--batch-size", type=positive_int, default=8, help="examples per optimizer step")
 parser.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,

@@ -195,7 +195,9 @@ def finished_keys(path):
 
 
 def write_jsonl(path, records):
-    """Write a whole JSONL file: one record per line, UTF-8, '\\n' line ends on every platform."""
+    """Write a whole JSONL file: one record per line, UTF-8, '\\n' line ends on every platform. Its folder
+    is made if missing."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
 
@@ -230,13 +232,21 @@ def succeeded(trajectory):
 
 def task_subset(trajectories, fraction, rng):
     """The trajectories of a random `fraction` of their tasks (one task at least), in file order. A subset
-    by task keeps each task's trajectories together, so policy.py and colbench/baselines.py with the same
-    fraction and seed train on the same offline data."""
+    by task keeps each task's trajectories together, as colbench/baselines.py's pairs need them."""
     if fraction >= 1.0:
         return trajectories
     tasks = sorted({t["task_id"] for t in trajectories}, key=str)
     kept = set(rng.sample(tasks, max(1, round(fraction * len(tasks)))))
     return [t for t in trajectories if t["task_id"] in kept]
+
+
+def trajectory_subset(trajectories, fraction, rng):
+    """A random `fraction` of the trajectories (one at least), in file order: policy.py's turn states come
+    from as many tasks as the fraction reaches, not from the few tasks a subset by task would keep."""
+    if fraction >= 1.0:
+        return trajectories
+    kept = set(rng.sample(range(len(trajectories)), max(1, round(fraction * len(trajectories)))))
+    return [t for i, t in enumerate(trajectories) if i in kept]
 
 
 PAIRINGS = ("all", "official")  # the rules of preference_pairs

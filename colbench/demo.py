@@ -28,15 +28,16 @@ from colbench.simulators import facts_told, hidden_facts
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
 
 # Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with hidden
-# constants), three agent turns, short replies. β, the policy's learning rate and the trajectory score were
-# chosen on the validation tasks (`--validate`, 2026-11-24: docs/RESULTS.md), never on the test tasks.
+# constants), three agent turns, short replies. β, λ, the policy's learning rate and the trajectory score
+# were chosen on the validation tasks (`--validate`, 2026-11-24 and 11-25: docs/RESULTS.md), never on the
+# test tasks.
 SETTINGS = dict(
     warm_samples=2, rl_tasks=45, samples=5, test_samples=7, validation_samples=10,
     max_turns=3, max_new_tokens=64, temperature=0.7, warm_lr=1e-4,
     critic_epochs=1, critic_lr=1e-4, trajectory_score="token-mean",
-    candidates=6, pairs_per_turn=2, policy_lr=2e-5, beta=0.1, nll_coef=1.0, lr_schedule="constant",
-    demo_fraction=0.2,         # of the offline tasks whose turn states the demo's SWEET-RL ranks: its time budget
-    experiment_fraction=0.2,   # every trained agent of the experiment, on the same offline tasks (--fraction)
+    candidates=6, pairs_per_turn=2, policy_lr=1e-5, beta=0.1, nll_coef=1.0, lr_schedule="constant",
+    demo_fraction=0.2,         # of the offline trajectories whose turn states SWEET-RL ranks: its time budget
+    experiment_fraction=0.2,   # every trained agent of the experiment (--data-fraction)
     judge_candidates=6,
     batch_size=256)            # dialogues per batched rollout step, sequences per sampling call: all at once
 # The experiment's agents: a SWEET-RL variant names the critic that ranks its candidates ("random": scores
@@ -56,7 +57,8 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 # The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the SSIM of the
 # screenshots. Pages are longer than functions: fewer dialogues, longer replies, a longer critic view.
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, rl_tasks=30, samples=4, test_samples=3, max_new_tokens=384,
-                critic_max_length=2048, demo_fraction=0.25, candidates=4, batch_size=128)
+                critic_max_length=2048, demo_fraction=0.25, candidates=4, batch_size=128,
+                policy_lr=2e-5)
 
 
 class Run:
@@ -379,8 +381,9 @@ def dialogues(run, agents, tasks=6):
 
 
 def experiment(run, s):
-    """Every trained agent on the trajectories of the same `experiment_fraction` of the offline tasks. At the
-    demo's fraction, the demo's SWEET-RL is the experiment's, and the experiment runs in runs/demo/experiment;
+    """Every trained agent on the same `experiment_fraction` of the offline data (SWEET-RL and its controls: of
+    the trajectories; the baselines: of the tasks, whole, as Multi-Turn DPO pairs within one). At the demo's
+    fraction, the demo's SWEET-RL is the experiment's, and the experiment runs in runs/demo/experiment;
     at another, in runs/demo/experiment_<fraction>, with a SWEET-RL of its own."""
     demo(run, s)
     shared_steps(run, s, list(CRITICS))
@@ -411,10 +414,10 @@ def experiment(run, s):
     finish(exp, results, "sweet", "experiment")
 
 
-# The settings tried on the validation tasks, one at a time beside SETTINGS' own. (The first round, around
-# β 1, lr 5e-6 and turn-sum, chose the three values SETTINGS now has: docs/RESULTS.md.)
-VALIDATION = {"beta": [1.0], "nll_coef": [0.01], "policy_lr": [5e-6], "lr_schedule": ["cosine"],
-              "trajectory_score": ["turn-sum"], "critic_epochs": [2], "demo_fraction": [0.2]}
+# The settings tried on the validation tasks, one at a time beside SETTINGS' own: the round of 2026-11-25 on
+# this benchmark (the candidates' temperature, λ, the learning rate). The first round, on the earlier
+# benchmark, chose β, the trajectory score and the critic's epochs: docs/RESULTS.md.
+VALIDATION = {"temperature": [1.0], "nll_coef": [0.01], "policy_lr": [2e-5]}
 CRITIC_SETTINGS = ("trajectory_score", "critic_epochs")  # these change the critic that ranks the candidates
 
 

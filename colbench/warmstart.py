@@ -1,7 +1,7 @@
 """Scripted dialogues that warm-start the embedded model: the demo's stand-in for instruction tuning.
 
     python -m colbench.warmstart runs/demo/warm_tasks.jsonl --out runs/demo/warmstart.traj.jsonl
-    python baselines.py runs/demo/warmstart.traj.jsonl --method sft --out runs/demo/warm   # the starting policy
+    python -m colbench.baselines runs/demo/warmstart.traj.jsonl --method sft --out runs/demo/warm   # the starting policy
 
 The paper's starting policy (Llama-3.1-8B-Instruct) already followed ColBench's protocol; the
 embedded SmolLM2-135M does not (zero-shot it never used the answer marker and rarely wrote a valid
@@ -148,13 +148,15 @@ def main():
     parser.add_argument("tasks", help="training tasks JSONL (backend or frontend)")
     parser.add_argument("--out", required=True, help="trajectories JSONL to write")
     parser.add_argument("--samples", type=positive_int, default=1, help="dialogues per task")
-    parser.add_argument("--limit", type=positive_int, help="use only the first N tasks")
+    parser.add_argument("--tier", choices=("easy", "medium", "hard"), help="use only the backend tasks of this tier")
+    parser.add_argument("--limit", type=positive_int, help="use only the first N tasks (of the tier)")
     parser.add_argument("--max-turns", type=positive_int, default=3, help="the dialogues' turn budget")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for the behaviours, questions and slips")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     try:
-        tasks = load_tasks(args.tasks)[: args.limit]
+        tasks = [t for t in load_tasks(args.tasks) if args.tier in (None, t.get("tier"))]
+        tasks = tasks[: args.limit]
     except DataError as e:
         fail(e)
     rows = []
