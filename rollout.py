@@ -10,7 +10,7 @@ and waiting ones take their place. Each trajectory is written as one line as soo
 how it was made (`max_turns`, and `rollout`: the agent, the simulator, the sampling); the same
 command again resumes, skipping the (task_id, sample_idx) pairs already written, so a killed run
 loses only the dialogues in flight. A resume into a file made another way is refused. `--agent
-scripted:fixed` and `scripted:by-subject` are the reference scripts of colbench/scripted.py.
+scripted:fixed` and `scripted:by-subject` are the scripted agents of colbench/scripted.py.
 """
 import argparse
 import collections

@@ -45,7 +45,7 @@ SETTINGS = dict(
 SWEET_VARIANTS = {"sweet": "critic_with_c", "sweet-random-critic": "random",
                   "sweet-no-solution": "critic_no_solution", "sweet-no-normalize": "critic_no_normalize"}
 BASELINES = ("mt-dpo", "rft")
-# The reference scripts (colbench/scripted.py), played on the test tasks beside the agents: oracle coders, so
+# The scripted agents (colbench/scripted.py), played on the test tasks beside the agents: oracle coders, so
 # their success is the share of dialogues that drew every hidden fact.
 SCRIPTS = {"script-fixed": "scripted:fixed", "script-by-subject": "scripted:by-subject"}
 NAMES = {"script-fixed": "script: one general request, repeated", "script-by-subject":

@@ -1,5 +1,5 @@
-"""Two scripted agents, the reference rows beside the trained ones: what a fixed script gets from the
-embedded human, and what asking for each hidden fact by its subject gets.
+"""Two scripted agents, rows beside the trained ones in the demo's table: what a fixed script gets from
+the embedded human, and what asking for each hidden fact by its subject gets.
 
     python rollout.py runs/demo/test_tasks.jsonl --agent scripted:fixed --max-turns 3
     python rollout.py runs/demo/test_tasks.jsonl --agent scripted:by-subject --max-turns 3
