@@ -162,7 +162,7 @@ def broken_tests(task, expected_results):
     return {name: reason for name, reason in reasons.items() if reason}
 
 
-def judge(result, expected):
+def verdict(result, expected):
     """('pass' or a failure category, detail) for one test whose expected value is not None."""
     if "value" not in result:
         error = result.get("error")
@@ -209,10 +209,10 @@ def run_in_sandbox(sandboxes, isolation, code, calls):
     return reply["results"]
 
 
-def reward_fields(task, judged, broken, official_scoring):
-    """The reward fields of a record, from judged: {counted test name: (outcome, detail)} and
+def reward_fields(task, verdicts, broken, official_scoring):
+    """The reward fields of a record, from verdicts: {counted test name: (outcome, detail)} and
     broken: {test name: why it is not counted}."""
-    outcomes = {name: outcome for name, (outcome, _) in judged.items()}
+    outcomes = {name: outcome for name, (outcome, _) in verdicts.items()}
     if official_scoring:  # the official evaluator fails a broken test for every candidate
         outcomes.update({name: BROKEN for name in broken})
     passed = sum(outcome == "pass" for outcome in outcomes.values())
@@ -220,7 +220,7 @@ def reward_fields(task, judged, broken, official_scoring):
     if failure == BROKEN:
         detail = next(iter(broken.values()))
     else:
-        detail = next((d for o, d in judged.values() if o == failure), None)
+        detail = next((d for o, d in verdicts.values() if o == failure), None)
     return dict(reward=passed / len(outcomes) if outcomes else 0.0,
                 success=bool(outcomes) and passed == len(outcomes),
                 tests_passed=passed, tests_total=len(outcomes), failure=failure,
@@ -250,9 +250,9 @@ def score_answers(pool, run, records, expected_results, official_scoring, progre
         if banned:  # never run: the official evaluator scored it 0 as it stood
             task = record["task"]
             broken = broken_tests(task, expected_results[task_key(task)])
-            judged = {name: ("banned substring", f"the answer holds {banned!r}")
+            verdicts = {name: ("banned substring", f"the answer holds {banned!r}")
                       for name in task["test_cases"] if name not in broken}
-            record.update(reward_fields(task, judged, broken, official_scoring))
+            record.update(reward_fields(task, verdicts, broken, official_scoring))
             progress.update(1)
             continue
         code = (official_code(record["answer"]) if official_scoring
@@ -263,9 +263,9 @@ def score_answers(pool, run, records, expected_results, official_scoring, progre
         task = record["task"]
         expected = expected_results[task_key(task)]
         broken = broken_tests(task, expected)
-        judged = {name: judge(results.get(name, {"error": "crashed"}), expected[name]["value"])
+        verdicts = {name: verdict(results.get(name, {"error": "crashed"}), expected[name]["value"])
                   for name in task["test_cases"] if name not in broken}
-        record.update(reward_fields(task, judged, broken, official_scoring))
+        record.update(reward_fields(task, verdicts, broken, official_scoring))
         progress.update(1)
 
 

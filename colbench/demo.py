@@ -419,12 +419,14 @@ def experiment(run, s):
 # benchmark, chose β, the trajectory score and the critic's epochs: docs/RESULTS.md.
 VALIDATION = {"temperature": [1.0], "nll_coef": [0.01], "policy_lr": [2e-5]}
 CRITIC_SETTINGS = ("trajectory_score", "critic_epochs")  # these change the critic that ranks the candidates
+SAMPLED_WITH = ("demo_fraction", "candidates", "temperature", "max_new_tokens")  # these change the candidates
 
 
 def validate(run, s):
     """SWEET-RL with SETTINGS, and with each setting of VALIDATION changed alone, on the validation tasks
-    (easy training tasks that neither the warm start nor the offline data saw): the same offline data and
-    candidates, the paired differences from SETTINGS' own."""
+    (easy training tasks that neither the warm start nor the offline data saw): the same offline data, the
+    same candidates unless the setting changes how they are sampled (SAMPLED_WITH), the paired differences
+    from SETTINGS' own."""
     shared_steps(run, s, ["critic_with_c"])
     val = Run(run.path("validation"))
     variants = {"settings": (s, run.path("critic_with_c"))}
@@ -439,8 +441,8 @@ def validate(run, s):
             variants[name] = (changed, critic)
     agents = {"zero-shot": run.path("warm")}
     for name, (changed, critic) in variants.items():
-        same_states = name != "settings" and changed["demo_fraction"] == s["demo_fraction"]
-        sampled = val.path("policy_settings", "candidates.jsonl") if same_states else None
+        same_candidates = name != "settings" and all(changed[k] == s[k] for k in SAMPLED_WITH)
+        sampled = val.path("policy_settings", "candidates.jsonl") if same_candidates else None
         train_agent(run, changed, name, val.path(f"policy_{name}"), changed["demo_fraction"], critic=critic,
                     sampled=sampled)
         agents[name] = val.path(f"policy_{name}")
