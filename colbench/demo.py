@@ -54,8 +54,8 @@ NAMES = {"script-fixed": "script: one general request, repeated", "script-by-sub
          "rft": "Rejection Fine-Tuning", "sweet-random-critic": "SWEET-RL, candidates ranked at random",
          "sweet-no-solution": "SWEET-RL, critic without c", "sweet-no-normalize": "SWEET-RL, critic w/o normalization"}
 CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"]}
-# The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the SSIM of the
-# screenshots. Pages are longer than functions: fewer dialogues, longer replies, a longer critic view.
+# The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the screenshots'
+# edge-color score. Pages are longer than functions: fewer dialogues, longer replies, a longer critic view.
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, rl_tasks=30, samples=4, test_samples=3, max_new_tokens=384,
                 critic_max_length=2048, demo_fraction=0.25, candidates=4, batch_size=128,
                 policy_lr=2e-5)
