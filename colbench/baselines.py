@@ -42,7 +42,7 @@ parser.add_argument("--method", required=True, choices=METHODS, help="Multi-Turn
 parser.add_argument("--out", help="policy folder to write (default runs/<stem>.<method>)")
 parser.add_argument("--model", default="embedded", help="policy to start from: model folder, hub id, or 'embedded'")
 parser.add_argument("--data-fraction", type=fraction, default=1.0,
-                    help="use the trajectories of this random fraction of the tasks (as policy.py, same --seed)")
+                    help="use the trajectories of this random fraction of the tasks, whole (mt-dpo pairs within one)")
 parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0,
                     help="mt-dpo: paired rewards differ by at least this (0: any difference)")
 parser.add_argument("--pairing", default="all", choices=PAIRINGS,

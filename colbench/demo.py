@@ -515,7 +515,7 @@ def main():
     parser.add_argument("--experiment", action="store_true", help="the demo, then the baselines and the controls")
     parser.add_argument("--validate", action="store_true", help="choose the settings on the validation tasks")
     parser.add_argument("--frontend", action="store_true", help="the chain on frontend tasks (runs/frontend)")
-    parser.add_argument("--fraction", type=fraction, help="the experiment: the fraction of the offline tasks every "
+    parser.add_argument("--fraction", type=fraction, help="the experiment: the fraction of the offline data every "
                                                           "agent trains on (default: the demo's, its time budget)")
     parser.add_argument("--out", help="run folder (default runs/demo, or runs/frontend)")
     args = parser.parse_args()
