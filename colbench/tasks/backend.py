@@ -93,7 +93,9 @@ def money_amounts(rng, count, low, high):
 # task of the family), and a twist drawn per task from the kinds the family allows. The description hints at
 # the twist in words that name it, never with its number. The embedded human tells one fact per question, the
 # one the question names (colbench/simulators.py): a request for "more details" gets nothing, so what to ask
-# depends on the family and on the task's description.
+# depends on the family and on the task's description. The twist's fact quotes its code (`max(..., 10)`), as
+# the official human, which answers from the reference code, often does: told "a minimum of 10" alone, the
+# embedded 135M model wrote `min(` (colbench/simulators.py leaves quoted code out of a fact's subject).
 TWIST_HINTS = {
     "round": ["I want it rounded my way.", "Rounding matters to me here.", "Please do the rounding the way I like."],
     "minimum": ["There is a minimum I always stick to.", "It should never go below my minimum.",
@@ -119,20 +121,20 @@ def easy(rng, name, params, expression, request, noun, unit, main_fact, inputs, 
     if twist == "round":
         digits = rng.choice([0, 1, 2])
         line, changed = f"round({expression}, {digits})", [round(x, digits) for x in plain]
-        fact = (f"Round the {noun} to a whole number." if digits == 0 else
-                f"Round the {noun} to {plural(digits, 'decimal place')}.")
+        fact = (f"Round the {noun} to a whole number" if digits == 0 else
+                f"Round the {noun} to {plural(digits, 'decimal place')}") + f": `round(..., {digits})`."
     elif twist == "minimum":
         low = nice(sorted(plain)[rng.randint(3, 5)])
         line, changed = f"max({expression}, {low!r})", [max(x, low) for x in plain]
-        fact = f"The {noun} has a minimum of {num(low)} {unit}: never less."
+        fact = f"The {noun} has a minimum of {num(low)} {unit}: never less, `max(..., {low!r})`."
     elif twist == "maximum":
         high = nice(sorted(plain)[rng.randint(4, 6)])
         line, changed = f"min({expression}, {high!r})", [min(x, high) for x in plain]
-        fact = f"The {noun} has a maximum of {num(high)} {unit}: never more."
+        fact = f"The {noun} has a maximum of {num(high)} {unit}: never more, `min(..., {high!r})`."
     else:
         fee = rng.choice([1, 1.5, 2, 2.5, 3, 4, 5])
         line, changed = f"{expression} + {fee!r}", [x + fee for x in plain]
-        fact = f"A flat fee of {dollars(fee)} is added to the {noun}."
+        fact = f"A flat fee of {dollars(fee)} is added to the {noun}: `... + {fee!r}`."
     if sum(a != b for a, b in zip(plain, changed)) < 3:
         return None
     source = f"def {name}({', '.join(params)}):\n    return {line}\n"
