@@ -29,7 +29,8 @@ from colbench.stats import bootstrap_mean_ci, pair_outcomes
 
 # Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with hidden
 # constants), three agent turns, short replies. β, λ, the policy's learning rate and the trajectory score
-# were chosen on the validation tasks (`--validate`, 2026-11-24 and 11-25: docs/RESULTS.md), never on the
+# were chosen on the validation tasks (`--validate`, 2026-11-24 and 11-25), the warm start's dialogues per
+# task and learning rate and the pairs per turn by hand on them (2026-11-26): docs/RESULTS.md. Never on the
 # test tasks.
 SETTINGS = dict(
     warm_samples=2, rl_tasks=45, samples=5, test_samples=7, validation_samples=10,

@@ -56,7 +56,8 @@ def stem(word):
 
 def words(text):
     """The stems of a text's words that can name a subject (numbers included; `quoted code` left out)."""
-    found = re.findall(r"[a-z][a-z0-9]*|\d+(?:\.\d+)?", re.sub(r"`[^`]*`", " ", text).lower().replace("_", " "))
+    prose = re.sub(r"`[^`]*`", " ", text)
+    found = re.findall(r"[a-z][a-z0-9]*|\d+(?:\.\d+)?", prose.lower().replace("_", " "))
     return {stem(w) for w in found if w not in STOPWORDS} - STOPWORDS
 
 
