@@ -251,7 +251,7 @@ def score_answers(pool, run, records, expected_results, official_scoring, progre
             task = record["task"]
             broken = broken_tests(task, expected_results[task_key(task)])
             verdicts = {name: ("banned substring", f"the answer holds {banned!r}")
-                      for name in task["test_cases"] if name not in broken}
+                        for name in task["test_cases"] if name not in broken}
             record.update(reward_fields(task, verdicts, broken, official_scoring))
             progress.update(1)
             continue
@@ -264,7 +264,7 @@ def score_answers(pool, run, records, expected_results, official_scoring, progre
         expected = expected_results[task_key(task)]
         broken = broken_tests(task, expected)
         verdicts = {name: verdict(results.get(name, {"error": "crashed"}), expected[name]["value"])
-                  for name in task["test_cases"] if name not in broken}
+                    for name in task["test_cases"] if name not in broken}
         record.update(reward_fields(task, verdicts, broken, official_scoring))
         progress.update(1)
 

@@ -121,22 +121,23 @@ def easy(rng, name, params, expression, request, noun, unit, main_fact, inputs, 
     if twist == "round":
         digits = rng.choice([0, 1, 2])
         line, changed = f"round({expression}, {digits})", [round(x, digits) for x in plain]
-        fact = (f"Round the {noun} to a whole number" if digits == 0 else
-                f"Round the {noun} to {plural(digits, 'decimal place')}") + f": `round(..., {digits})`."
+        fact = (f"Round the {noun} to a whole number: " if digits == 0 else
+                f"Round the {noun} to {plural(digits, 'decimal place')}: ")
     elif twist == "minimum":
         low = nice(sorted(plain)[rng.randint(3, 5)])
         line, changed = f"max({expression}, {low!r})", [max(x, low) for x in plain]
-        fact = f"The {noun} has a minimum of {num(low)} {unit}: never less, `max(..., {low!r})`."
+        fact = f"The {noun} has a minimum of {num(low)} {unit}: never less, "
     elif twist == "maximum":
         high = nice(sorted(plain)[rng.randint(4, 6)])
         line, changed = f"min({expression}, {high!r})", [min(x, high) for x in plain]
-        fact = f"The {noun} has a maximum of {num(high)} {unit}: never more, `min(..., {high!r})`."
+        fact = f"The {noun} has a maximum of {num(high)} {unit}: never more, "
     else:
         fee = rng.choice([1, 1.5, 2, 2.5, 3, 4, 5])
         line, changed = f"{expression} + {fee!r}", [x + fee for x in plain]
-        fact = f"A flat fee of {dollars(fee)} is added to the {noun}: `... + {fee!r}`."
+        fact = f"A flat fee of {dollars(fee)} is added to the {noun}: "
     if sum(a != b for a, b in zip(plain, changed)) < 3:
         return None
+    fact += f"`{line.replace(expression, '...')}`."  # the twist's code quoted, the family's numbers left out
     source = f"def {name}({', '.join(params)}):\n    return {line}\n"
     description = ask(f"{request} {rng.choice(TWIST_HINTS[twist])}", source)
     return Variant(description, source, [main_fact, fact], inputs)
