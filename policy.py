@@ -34,8 +34,8 @@ from colbench.env import agent_messages, turn_budget, turn_states
 from colbench.fast_logps import shares_prefix
 from colbench.models import (DTYPES, SCHEDULES, EndpointChat, adamw, autocast, chat_text,
                              compute_dtype, describe_dtype, load_model, sample_candidates)
-from colbench.training import (completion_logps, log_step, reference_logps, save_checkpoint,
-                               shuffled_batches, tokenize_completion)
+from colbench.training import (completion_logps, log_step, prompt_groups, reference_logps,
+                               save_checkpoint, shuffled_batches, tokenize_completion)
 
 RANDOM_CRITIC = "random"  # --critic random: random scores, a control for what the ranking adds
 
@@ -66,7 +66,7 @@ parser.add_argument("--lr", type=positive_float, default=1e-5,
                     help="AdamW learning rate (paper: 2e-7 for 8B models)")
 parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the pairs")
 parser.add_argument("--batch-size", type=positive_int, default=8,
-                    help="pairs per optimizer step, one per forward pass")
+                    help="pairs per optimizer step (a turn state's pairs share a forward pass)")
 parser.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,
                     help="constant, or cosine: the official code's (3%% warm-up, decay to 0.1x)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
@@ -113,42 +113,46 @@ def state_pairs(trajectory, turn, history, replies, scores, pairs_per_turn, rng)
 
 def dpo_nll_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
                  reference_rejected_logps, chosen_nll, beta, nll_coef):
-    """Paper Eq. 4: DPO on (chosen, rejected) plus λ · NLL of the chosen reply.
-    Inputs: [pairs]."""
+    """Paper Eq. 4: DPO on (chosen, rejected) plus λ · NLL of the chosen reply, for each pair.
+    Inputs and outputs: [pairs]."""
     chosen_rewards = beta * (policy_chosen_logps - reference_chosen_logps)  # [pairs]
     rejected_rewards = beta * (policy_rejected_logps - reference_rejected_logps)  # [pairs]
     losses = -F.logsigmoid(chosen_rewards - rejected_rewards) + nll_coef * chosen_nll  # [pairs]
-    return losses.mean(), chosen_rewards.detach(), rejected_rewards.detach()
+    return losses, chosen_rewards.detach(), rejected_rewards.detach()
 
 
 def train(model, pairs, rng, log_path, dtype, epochs, batch_size, lr, lr_schedule, beta, nll_coef,
           share_prompt):
-    """AdamW over shuffled batches of `batch_size` pairs, one pair per forward pass, gradients added
-    up over a batch; a log line per step, its statistics averaged over the batch. `model` is as
-    distributed.wrap returned it; log_path None: no log (a torchrun process but the first)."""
+    """AdamW over shuffled batches of `batch_size` pairs, gradients added up over a batch; a log line
+    per step, its statistics averaged over the batch. With share_prompt the pairs of one turn state
+    stay side by side and share a forward pass (their prompt encoded once); else one pair a pass.
+    `model` is as distributed.wrap returned it; log_path None: no log (a torchrun process but the
+    first)."""
     steps = math.ceil(len(pairs) / batch_size) * epochs
     optimizer, schedule = adamw(model, lr, steps, lr_schedule)
     device, history = next(model.parameters()).device, []
     with open(log_path or os.devnull, "w") as log:
-        for step, epoch, batch in shuffled_batches(pairs, batch_size, epochs, rng):
+        groups = prompt_groups(pairs, share_prompt)
+        for step, epoch, batch in shuffled_batches(groups, batch_size, epochs, rng):
             started, measured = time.time(), []
-            for pair, weight in distributed.share(batch, model):  # torchrun: this process's pairs
+            for group, weight in distributed.share(prompt_groups(batch, share_prompt), model):
                 with autocast(device, dtype):
-                    sides = [pair["chosen"], pair["rejected"]]
-                    logps, counts, tokens = completion_logps(model, sides, share_prompt)  # [2] each
-                    reference = pair["reference_logps"].to(device)  # π_ref's, computed once
-                    # --- SWEET-RL: Eq. 4 on the pair, its NLL a mean over the chosen reply's tokens
-                    loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
-                        logps[:1], logps[1:], reference[:1], reference[1:], -logps[:1] / counts[:1],
-                        beta, nll_coef)
-                (loss * weight / len(batch)).backward()  # the mean over the batch
+                    sides = [pair[side] for pair in group for side in ("chosen", "rejected")]
+                    logps, counts, tokens = completion_logps(model, sides, share_prompt)
+                    logps, counts = logps.view(-1, 2), counts.view(-1, 2)  # [pairs, 2]: chosen, rejected
+                    reference = torch.stack([pair["reference_logps"] for pair in group]).to(device)  # π_ref's
+                    # --- SWEET-RL: Eq. 4 on each pair, its NLL a mean over the chosen reply's tokens
+                    losses, chosen_rewards, rejected_rewards = dpo_nll_loss(
+                        logps[:, 0], logps[:, 1], reference[:, 0], reference[:, 1],
+                        -logps[:, 0] / counts[:, 0], beta, nll_coef)  # [pairs]
+                (losses.sum() * weight / len(batch)).backward()  # the mean over the batch
                 if weight:
-                    right = chosen_rewards.item() > rejected_rewards.item()
-                    margin = (chosen_rewards - rejected_rewards).item()
-                    measured.append({"accuracy": float(right), "margin": margin,
-                                     "chosen_logps": logps[0].item(),
-                                     "rejected_logps": logps[1].item(), "loss": loss.item(),
-                                     "tokens": tokens})
+                    for i, loss in enumerate(losses.tolist()):
+                        margin = (chosen_rewards[i] - rejected_rewards[i]).item()
+                        measured.append({"accuracy": float(margin > 0), "margin": margin,
+                                         "chosen_logps": logps[i, 0].item(),
+                                         "rejected_logps": logps[i, 1].item(), "loss": loss,
+                                         "tokens": tokens if i == 0 else 0})  # a pass's, once
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             schedule.step()

@@ -1767,8 +1767,8 @@ def critic_dir(tmp_path_factory, scored_file, tiny_model):
 def test_policy_dpo_loss_is_log_2_at_initialization_and_matches_a_hand_computed_value():
     from policy import dpo_nll_loss
     logps = torch.tensor([-12.0, -3.5])
-    loss, chosen_rewards, rejected_rewards = dpo_nll_loss(logps, logps - 1, logps, logps - 1, torch.zeros(2), 0.1, 0.01)
-    assert loss.item() == pytest.approx(math.log(2), abs=1e-7)
+    losses, chosen_rewards, rejected_rewards = dpo_nll_loss(logps, logps - 1, logps, logps - 1, torch.zeros(2), 0.1, 0.01)
+    assert losses.tolist() == pytest.approx([math.log(2)] * 2, abs=1e-7)
     assert chosen_rewards.tolist() == [0.0, 0.0] and rejected_rewards.tolist() == [0.0, 0.0]
     # beta (-1 - -2) = 0.1, beta (-3 - -2) = -0.1: -log sigmoid(0.2) = log(1 + e^-0.2) = 0.5981389; + 0.01 * 1.5
     loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
@@ -1823,6 +1823,44 @@ def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model,
     assert abs(history[0]["margin"]) < 1e-6  # policy == reference at the first step
     assert history[-1]["margin"] > history[0]["margin"] + 0.05 and history[-1]["accuracy"] == 1.0
     assert set(history[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps", "tokens_per_s"}
+
+
+@pytest.mark.parametrize("trainer", ["policy", "sft"])
+def test_a_batch_gives_the_same_gradient_with_a_prompt_s_examples_in_one_pass_or_one_each(tiny_model, monkeypatch,
+                                                                                           trainer):
+    from colbench import baselines
+    from colbench.training import PER_PASS, prompt_groups, reference_logps, tokenize_completion
+    from policy import train
+    _, tokenizer = load_model(tiny_model, device="cpu")
+    prompts = [[{"role": "system", "content": "Ask first."}, {"role": "user", "content": problem}]
+               for problem in ("A tip calculator.", "Pay for a shift.")]
+    replies = ["What percent?", "Round it?", ANSWER_MARKER + " def tip(bill): return bill", "Which currency?"]
+    if trainer == "policy":
+        examples = [{side: tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": reply}])
+                     for side, reply in (("chosen", chosen), ("rejected", rejected))}
+                    for prompt in prompts for chosen, rejected in (replies[0:3:2], replies[1:4:2])]
+    else:
+        examples = [{"completion": tokenize_completion(tokenizer, prompt, [
+            {"role": "assistant", "content": question}, {"role": "user", "content": "18 percent."},
+            {"role": "assistant", "content": replies[2]}])} for prompt in prompts for question in replies[:2]]
+    assert [len(group) for group in prompt_groups(examples)] == [2, 2]
+    assert [len(group) for group in prompt_groups(examples * 3)] == [PER_PASS, 2, PER_PASS, 2]
+    assert prompt_groups(examples, share_prompt=False) == [[example] for example in examples]
+    gradients = {}
+    for share_prompt in (True, False):
+        model, _ = load_model(tiny_model, trainable=True, device="cpu")
+        seen = gradients.setdefault(share_prompt, [])  # the batch's gradient, before clipping and the step
+        monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
+                            lambda parameters, _: seen.extend(p.grad.clone() for p in parameters))
+        if trainer == "policy":
+            reference_logps(model, examples, share_prompt=share_prompt)
+            train(model, examples, random.Random(0), None, torch.float32, epochs=1, batch_size=4, lr=1e-3,
+                  lr_schedule="constant", beta=0.1, nll_coef=1.0, share_prompt=share_prompt)
+        else:
+            baselines.train(model, examples, baselines.nll_loss(share_prompt), random.Random(0), None,
+                            torch.float32, 1, 4, 1e-3, "constant", share_prompt)
+    assert len(gradients[True]) == len(gradients[False]) > 0
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(gradients[True], gradients[False]))
 
 
 def test_policy_shared_prompt_logps_and_gradients_equal_full_sequence_ones(tiny_model):

@@ -106,17 +106,19 @@ def load_critic(critic_dir, device=None, dtype=torch.float32):
 def score_candidates(critic, task, history, max_turns, candidates):
     """A(o_t, a, c) of each candidate reply a to the dialogue `history` (ending with a user turn), played
     under a budget of `max_turns`.
-    The shared prefix is encoded once by the critic and once by π_ref; its KV cache serves all
-    candidates in one batch. Equals scoring each full sequence on its own, up to float rounding."""
+    The shared prefix is encoded once by the critic and once by π_ref; its KV cache serves each distinct
+    candidate in one batch. Equals scoring each full sequence on its own, up to float rounding."""
     if not candidates:
         return []
+    distinct = list(dict.fromkeys(candidates))  # a reply sampled twice is scored once
     encoded = [tokenize_turns(critic.tokenizer, critic_messages(
         task, history + [{"role": "assistant", "content": reply}], max_turns, critic.use_solution))
-        for reply in candidates]
+        for reply in distinct]
     sequences = [ids for ids, _ in encoded]
     reply_start = min(spans[-1][0] for _, spans in encoded)
     with autocast(critic.model.device, critic.dtype):
         critic_logps, _ = shared_prefix_logps(critic.model, sequences, reply_start)
         reference_logps, _ = shared_prefix_logps(critic.reference_model, sequences, reply_start)
-    return [turn_advantages(critic_row, reference_row, spans[-1:], critic.normalize).item()  # the candidate's turn
-            for critic_row, reference_row, (_, spans) in zip(critic_logps, reference_logps, encoded)]
+    scores = {reply: turn_advantages(critic_row, reference_row, spans[-1:], critic.normalize).item()  # its turn
+              for reply, critic_row, reference_row, (_, spans) in zip(distinct, critic_logps, reference_logps, encoded)}
+    return [scores[reply] for reply in candidates]

@@ -3,8 +3,9 @@ completions (the replies or agent turns after a prompt), critic.py saves a check
 
 tokenize_completion  a prompt and its completion as token ids, the completion's agent turns located
 completion_logps     the completion tokens' summed log-probs, the plain way or with the prompt shared
+prompt_groups        the examples that begin with the same prompt, a few at a time: one forward pass each
 reference_logps      π_ref of a pair's two sides, computed once before training and kept in the pair
-shuffled_batches     the examples of each epoch in a new random order, cut into batches
+shuffled_batches     the groups of each epoch in a new random order, cut into batches of examples
 log_step             the log line of an optimizer step: log.jsonl and the terminal
 save_checkpoint      the whole model (gathered from every torchrun process), saved by the first process
 """
@@ -46,29 +47,55 @@ def completion_logps(model, sequences, share_prompt=True):
     return sums, counts, tokens
 
 
+PER_PASS = 4  # examples (a pair's two sides, or one dialogue) in one forward pass at most: memory stays small
+
+
+def example_prompt(example):
+    """The prompt ids every sequence of a training example begins with: a pair's (`chosen` and `rejected`
+    follow the same prompt) or a dialogue's (`completion`)."""
+    ids, spans = example["completion"] if "completion" in example else example["chosen"]
+    return tuple(ids[:spans[0][0]])
+
+
+def prompt_groups(examples, share_prompt=True, prompt=example_prompt):
+    """The examples that begin with the same `prompt(example)` (a turn state's pairs, a task's dialogues), in
+    the order of their first, PER_PASS at most a group: each group is one forward pass, its prompt encoded
+    once (completion_logps). Without share_prompt, one example a group."""
+    if not share_prompt:
+        return [[example] for example in examples]
+    by_prompt = {}
+    for example in examples:
+        by_prompt.setdefault(prompt(example), []).append(example)
+    return [same[i:i + PER_PASS] for same in by_prompt.values() for i in range(0, len(same), PER_PASS)]
+
+
 @torch.no_grad()
 def reference_logps(model, pairs, dtype=torch.float32, share_prompt=True):
     """π_ref of a DPO loss (Eq. 4) is the model before training: the summed log-probs of each pair's
-    `chosen` and `rejected` completion, computed once, the way training computes the model's, and kept
-    in the pair as `reference_logps` ([2]: chosen, rejected)."""
+    `chosen` and `rejected` completion, computed once, the way training computes the model's (the pairs of
+    one prompt together), and kept in the pair as `reference_logps` ([2]: chosen, rejected)."""
     model.eval()
+    groups = prompt_groups(range(len(pairs)), share_prompt, lambda i: example_prompt(pairs[i]))
     mine = []
-    for i, weight in tqdm(list(distributed.share(range(len(pairs)))), desc="π_ref log-probs", unit="pair"):
+    for group, weight in tqdm(list(distributed.share(groups)), desc="π_ref log-probs", unit="prompt"):
         with autocast(model.device, dtype):
-            logps, _, _ = completion_logps(model, [pairs[i]["chosen"], pairs[i]["rejected"]], share_prompt)
+            sides = [pairs[i][side] for i in group for side in ("chosen", "rejected")]
+            logps, _, _ = completion_logps(model, sides, share_prompt)  # [2 * pairs]
         if weight:  # torchrun: weight 0 marks a padding pass
-            mine.append((i, logps))
+            mine += [(i, logps[2 * k:2 * k + 2]) for k, i in enumerate(group)]
     for i, logps in distributed.gather(mine):  # torchrun: every process gets every pair's
         pairs[i]["reference_logps"] = logps
     model.train()
 
 
-def shuffled_batches(examples, batch_size, epochs, rng):
-    """(step, epoch, batch) of each optimizer step, both counted from 1: in every epoch the examples in a
-    new random order from `rng`, cut into batches of `batch_size` (the last one may be smaller)."""
-    steps_per_epoch = math.ceil(len(examples) / batch_size)
+def shuffled_batches(groups, batch_size, epochs, rng):
+    """(step, epoch, batch) of each optimizer step, both counted from 1: in every epoch the `groups` of
+    examples (prompt_groups) in a new random order from `rng`, each group's examples side by side, cut into
+    batches of `batch_size` examples (the last one may be smaller; a group may straddle two batches)."""
+    examples = sum(len(group) for group in groups)
+    steps_per_epoch = math.ceil(examples / batch_size)
     for epoch in range(epochs):
-        order = rng.sample(examples, len(examples))
+        order = [example for group in rng.sample(groups, len(groups)) for example in group]
         for number in range(steps_per_epoch):
             yield epoch * steps_per_epoch + number + 1, epoch + 1, order[number * batch_size:(number + 1) * batch_size]
 
