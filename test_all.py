@@ -1447,7 +1447,11 @@ def test_critic_advantage_changes_with_the_solution_only_when_it_is_shown(two_mo
 def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_critic, normalize):
     scorer = advantage.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
                            normalize=normalize)
-    shared = advantage.score_candidates(scorer, TIP_TASK, HISTORY, 3, CANDIDATES)
+    advantage.score_candidates(scorer, TIP_TASK, HISTORY[:1], 3, CANDIDATES[:2])  # the dialogue's turn state before
+    earlier = scorer.memory["critic"]["ids"]
+    shared = advantage.score_candidates(scorer, TIP_TASK, HISTORY, 3, CANDIDATES + CANDIDATES[:1])  # one twice
+    assert scorer.memory["critic"]["ids"][:len(earlier)] == earlier and len(scorer.memory["critic"]["ids"]) > len(earlier)
+    assert shared[-1] == shared[0]  # a reply sampled twice gets one score
     for candidate, score in zip(CANDIDATES, shared):
         messages = advantage.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}], 3)
         ids, spans = tokenize_turns(scorer.tokenizer, messages)
@@ -1825,40 +1829,29 @@ def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model,
     assert set(history[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps", "tokens_per_s"}
 
 
-@pytest.mark.parametrize("trainer", ["policy", "sft"])
-def test_a_batch_gives_the_same_gradient_with_a_prompt_s_examples_in_one_pass_or_one_each(tiny_model, monkeypatch,
-                                                                                           trainer):
-    from colbench import baselines
+def test_policy_batch_gives_the_same_gradient_with_a_turn_state_s_pairs_in_one_pass_or_one_each(tiny_model,
+                                                                                                  monkeypatch):
     from colbench.training import PER_PASS, prompt_groups, reference_logps, tokenize_completion
     from policy import train
     _, tokenizer = load_model(tiny_model, device="cpu")
     prompts = [[{"role": "system", "content": "Ask first."}, {"role": "user", "content": problem}]
                for problem in ("A tip calculator.", "Pay for a shift.")]
     replies = ["What percent?", "Round it?", ANSWER_MARKER + " def tip(bill): return bill", "Which currency?"]
-    if trainer == "policy":
-        examples = [{side: tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": reply}])
-                     for side, reply in (("chosen", chosen), ("rejected", rejected))}
-                    for prompt in prompts for chosen, rejected in (replies[0:3:2], replies[1:4:2])]
-    else:
-        examples = [{"completion": tokenize_completion(tokenizer, prompt, [
-            {"role": "assistant", "content": question}, {"role": "user", "content": "18 percent."},
-            {"role": "assistant", "content": replies[2]}])} for prompt in prompts for question in replies[:2]]
-    assert [len(group) for group in prompt_groups(examples)] == [2, 2]
-    assert [len(group) for group in prompt_groups(examples * 3)] == [PER_PASS, 2, PER_PASS, 2]
-    assert prompt_groups(examples, share_prompt=False) == [[example] for example in examples]
+    pairs = [{side: tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": reply}])
+              for side, reply in (("chosen", chosen), ("rejected", rejected))}
+             for prompt in prompts for chosen, rejected in (replies[0:3:2], replies[1:4:2])]
+    assert [len(group) for group in prompt_groups(pairs)] == [2, 2]
+    assert [len(group) for group in prompt_groups(pairs * 3)] == [PER_PASS, 2, PER_PASS, 2]
+    assert prompt_groups(pairs, share_prompt=False) == [[pair] for pair in pairs]
     gradients = {}
     for share_prompt in (True, False):
         model, _ = load_model(tiny_model, trainable=True, device="cpu")
         seen = gradients.setdefault(share_prompt, [])  # the batch's gradient, before clipping and the step
         monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
                             lambda parameters, _: seen.extend(p.grad.clone() for p in parameters))
-        if trainer == "policy":
-            reference_logps(model, examples, share_prompt=share_prompt)
-            train(model, examples, random.Random(0), None, torch.float32, epochs=1, batch_size=4, lr=1e-3,
-                  lr_schedule="constant", beta=0.1, nll_coef=1.0, share_prompt=share_prompt)
-        else:
-            baselines.train(model, examples, baselines.nll_loss(share_prompt), random.Random(0), None,
-                            torch.float32, 1, 4, 1e-3, "constant", share_prompt)
+        reference_logps(model, pairs, share_prompt=share_prompt)
+        train(model, pairs, random.Random(0), None, torch.float32, epochs=1, batch_size=4, lr=1e-3,
+              lr_schedule="constant", beta=0.1, nll_coef=1.0, share_prompt=share_prompt)
     assert len(gradients[True]) == len(gradients[False]) > 0
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(gradients[True], gradients[False]))
 

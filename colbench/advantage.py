@@ -88,6 +88,9 @@ class Critic:
     use_solution: bool = True
     normalize: bool = True
     dtype: torch.dtype = torch.float32  # of the forward passes (fp32 weights, autocast to bf16 as in training)
+    # The prefix each model encoded last and its KV cache (fast_logps.encode_prefix): the next turn state of
+    # the same dialogue encodes only what the turn added.
+    memory: dict = dataclasses.field(default_factory=lambda: {"critic": {}, "reference": {}})
 
 
 def load_critic(critic_dir, device=None, dtype=torch.float32):
@@ -117,8 +120,9 @@ def score_candidates(critic, task, history, max_turns, candidates):
     sequences = [ids for ids, _ in encoded]
     reply_start = min(spans[-1][0] for _, spans in encoded)
     with autocast(critic.model.device, critic.dtype):
-        critic_logps, _ = shared_prefix_logps(critic.model, sequences, reply_start)
-        reference_logps, _ = shared_prefix_logps(critic.reference_model, sequences, reply_start)
+        critic_logps, _ = shared_prefix_logps(critic.model, sequences, reply_start, critic.memory["critic"])
+        reference_logps, _ = shared_prefix_logps(critic.reference_model, sequences, reply_start,
+                                                 critic.memory["reference"])
     scores = {reply: turn_advantages(critic_row, reference_row, spans[-1:], critic.normalize).item()  # its turn
               for reply, critic_row, reference_row, (_, spans) in zip(distinct, critic_logps, reference_logps, encoded)}
     return [scores[reply] for reply in candidates]

@@ -3,10 +3,13 @@ and memory. test_all.py holds each equal to the plain way.
 
 shared_prefix_logps  sequences that begin alike (a task's trajectories, a state's candidate replies, a
                      prompt's completions): their common beginning encoded once, its KV cache serving each
+encode_prefix        that beginning's KV cache, continuing the one encoded last where it extends it
 TargetLogSoftmax     log_softmax(logits)[target] a few positions at a time, its gradient written out, so
                      that no fp32 copy of the [batch, seq, vocab] logits is kept for the backward pass
 shares_prefix        whether training may take the shared-prefix path (not under FSDP or checkpointing)
 """
+import copy
+
 import torch
 
 from colbench.models import padded_batch
@@ -20,23 +23,39 @@ def shares_prefix(fsdp, gradient_checkpointing):
     return not (fsdp or gradient_checkpointing)
 
 
-def shared_prefix_logps(model, sequences, scored_from):
+def shared_prefix_logps(model, sequences, scored_from, memory=None):
     """sequence_logps of id lists that begin alike, the fast way: their common prefix is encoded once
     and its KV cache serves every sequence (gradients flow through it). Tokens from index
     `scored_from` on are always scored; entries of the shared tokens before it are zeros. Returns
-    (the [len - 1] tensors, how many tokens were shared)."""
+    (the [len - 1] tensors, how many tokens were shared). `memory`: see encode_prefix."""
     shared = min(scored_from, *(len(ids) - 1 for ids in sequences))
     while any(ids[:shared] != sequences[0][:shared] for ids in sequences):
         shared -= 1  # a tokenizer may merge across the boundary: share only identical tokens
     prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
-    device = next(model.parameters()).device
-    # The prefix's own logits are never used: logits_to_keep=1 spares its LM head (the cache is the same).
-    cache = model(input_ids=torch.tensor([prefix], device=device), use_cache=True, logits_to_keep=1).cache
+    cache = encode_prefix(model, prefix, memory)
     cache.batch_repeat_interleave(len(sequences))
-    input_ids, attention_mask = padded_batch([ids[shared - 1:] for ids in sequences], device, cached=len(prefix))
+    input_ids, attention_mask = padded_batch([ids[shared - 1:] for ids in sequences],
+                                             next(model.parameters()).device, cached=len(prefix))
     logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # column j: token shared + j
     skipped = logps.new_zeros(shared - 1)
     return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)], shared
+
+
+def encode_prefix(model, prefix, memory=None):
+    """The KV cache of the id list `prefix`. Its own logits are never used: logits_to_keep=1 spares its LM
+    head. `memory`, a dict the caller keeps (no gradients: scoring only), holds the prefix encoded last and
+    its cache; a prefix that extends it continues a copy of that cache, so that the next turn state of a
+    dialogue encodes only what the turn added (colbench/advantage.py score_candidates)."""
+    device = next(model.parameters()).device
+    cache, start = None, 0
+    if memory and prefix[:len(memory["ids"])] == memory["ids"]:
+        cache, start = copy.deepcopy(memory["cache"]), len(memory["ids"])
+    if start < len(prefix):
+        cache = model(input_ids=torch.tensor([prefix[start:]], device=device), cache=cache, use_cache=True,
+                      logits_to_keep=1).cache
+    if memory is not None:
+        memory.update(ids=list(prefix), cache=copy.deepcopy(cache))
+    return cache
 
 
 def token_logps(model, input_ids, attention_mask, past_key_values=None):

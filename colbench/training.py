@@ -28,16 +28,17 @@ def tokenize_completion(tokenizer, prompt, completion):
     return ids, spans[len(spans) - sum(m["role"] == "assistant" for m in completion):]
 
 
-def completion_logps(model, sequences, share_prompt=True):
+def completion_logps(model, sequences, share_prompt=True, memory=None):
     """Summed log-probs of the completion tokens (the spans) of (ids, spans) sequences, their token counts,
     and the tokens processed: [n], [n], int. The plain way: each sequence encoded whole
     (models.sequence_logps). The fast way (share_prompt): the tokens all sequences begin with (the prompt)
-    encoded once, its KV cache serving each (fast_logps.shared_prefix_logps; gradients flow through it)."""
+    encoded once, its KV cache serving each (fast_logps.shared_prefix_logps; gradients flow through it;
+    `memory` without gradients only: fast_logps.encode_prefix)."""
     ids_list = [ids for ids, _ in sequences]
     if not share_prompt:
         logps, shared = sequence_logps(model, ids_list), 1  # nothing shared: every token encoded in its row
     else:
-        logps, shared = shared_prefix_logps(model, ids_list, min(spans[0][0] for _, spans in sequences))
+        logps, shared = shared_prefix_logps(model, ids_list, min(spans[0][0] for _, spans in sequences), memory)
     # Entry i - 1 of a row is token i's log-prob: a span [start, end) is entries start - 1 to end - 1.
     sums = torch.stack([sum(row[start - 1:end - 1].sum() for start, end in spans)
                         for row, (_, spans) in zip(logps, sequences)])
@@ -72,15 +73,16 @@ def prompt_groups(examples, share_prompt=True, prompt=example_prompt):
 @torch.no_grad()
 def reference_logps(model, pairs, dtype=torch.float32, share_prompt=True):
     """π_ref of a DPO loss (Eq. 4) is the model before training: the summed log-probs of each pair's
-    `chosen` and `rejected` completion, computed once, the way training computes the model's (the pairs of
-    one prompt together), and kept in the pair as `reference_logps` ([2]: chosen, rejected)."""
+    `chosen` and `rejected` completion, computed once, the way training computes the model's up to float
+    rounding (the pairs of one prompt together), and kept in the pair as `reference_logps` ([2]: chosen,
+    rejected)."""
     model.eval()
     groups = prompt_groups(range(len(pairs)), share_prompt, lambda i: example_prompt(pairs[i]))
-    mine = []
+    mine, memory = [], {}  # a dialogue's next turn state continues the cache of the one before
     for group, weight in tqdm(list(distributed.share(groups)), desc="π_ref log-probs", unit="prompt"):
         with autocast(model.device, dtype):
             sides = [pairs[i][side] for i in group for side in ("chosen", "rejected")]
-            logps, _, _ = completion_logps(model, sides, share_prompt)  # [2 * pairs]
+            logps, _, _ = completion_logps(model, sides, share_prompt, memory)  # [2 * pairs]
         if weight:  # torchrun: weight 0 marks a padding pass
             mine += [(i, logps[2 * k:2 * k + 2]) for k, i in enumerate(group)]
     for i, logps in distributed.gather(mine):  # torchrun: every process gets every pair's
