@@ -157,7 +157,7 @@ def train(model, examples, loss_of, rng, log_path, dtype, epochs, batch_size, lr
     history = []
     with open(log_path or os.devnull, "w") as log:
         # Each example on its own in the shuffle: with a task's dialogues side by side (as policy.py keeps a
-        # turn state's pairs), the warm start passed 20% of the validation dialogues, not 61% (RESULTS.md).
+        # turn state's pairs), the warm start passed 20% of the validation dialogues, not 61% (docs/RESULTS.md).
         for number, epoch, batch in shuffled_batches([[example] for example in examples], batch_size, epochs, rng):
             started = time.time()
             measured = train_on_batch(model, optimizer, schedule, batch, loss_of, dtype)

@@ -3,7 +3,7 @@ completions (the replies or agent turns after a prompt), critic.py saves a check
 
 tokenize_completion  a prompt and its completion as token ids, the completion's agent turns located
 completion_logps     the completion tokens' summed log-probs, the plain way or with the prompt shared
-prompt_groups        the examples that begin with the same prompt, a few at a time: one forward pass each
+prompt_groups        the pairs that begin with the same prompt, a few at a time: one forward pass each
 reference_logps      π_ref of a pair's two sides, computed once before training and kept in the pair
 shuffled_batches     the groups of each epoch in a new random order, cut into batches of examples
 log_step             the log line of an optimizer step: log.jsonl and the terminal
@@ -48,25 +48,24 @@ def completion_logps(model, sequences, share_prompt=True, memory=None):
     return sums, counts, tokens
 
 
-PER_PASS = 4  # examples (a pair's two sides, or one dialogue) in one forward pass at most: memory stays small
+PER_PASS = 4  # pairs in one forward pass at most: memory stays small
 
 
-def example_prompt(example):
-    """The prompt ids every sequence of a training example begins with: a pair's (`chosen` and `rejected`
-    follow the same prompt) or a dialogue's (`completion`)."""
-    ids, spans = example["completion"] if "completion" in example else example["chosen"]
+def pair_prompt(pair):
+    """The prompt ids both sides of a pair begin with (`chosen` and `rejected` follow the same prompt)."""
+    ids, spans = pair["chosen"]
     return tuple(ids[:spans[0][0]])
 
 
-def prompt_groups(examples, share_prompt=True, prompt=example_prompt):
-    """The examples that begin with the same `prompt(example)` (a turn state's pairs, a task's dialogues), in
+def prompt_groups(pairs, share_prompt=True, prompt=pair_prompt):
+    """The pairs that begin with the same `prompt(pair)` (a turn state's; Multi-Turn DPO's of a task), in
     the order of their first, PER_PASS at most a group: each group is one forward pass, its prompt encoded
-    once (completion_logps). Without share_prompt, one example a group."""
+    once (completion_logps). Without share_prompt, one pair a group."""
     if not share_prompt:
-        return [[example] for example in examples]
+        return [[pair] for pair in pairs]
     by_prompt = {}
-    for example in examples:
-        by_prompt.setdefault(prompt(example), []).append(example)
+    for pair in pairs:
+        by_prompt.setdefault(prompt(pair), []).append(pair)
     return [same[i:i + PER_PASS] for same in by_prompt.values() for i in range(0, len(same), PER_PASS)]
 
 
@@ -77,7 +76,7 @@ def reference_logps(model, pairs, dtype=torch.float32, share_prompt=True):
     rounding (the pairs of one prompt together), and kept in the pair as `reference_logps` ([2]: chosen,
     rejected)."""
     model.eval()
-    groups = prompt_groups(range(len(pairs)), share_prompt, lambda i: example_prompt(pairs[i]))
+    groups = prompt_groups(range(len(pairs)), share_prompt, lambda i: pair_prompt(pairs[i]))
     mine, memory = [], {}  # a dialogue's next turn state continues the cache of the one before
     for group, weight in tqdm(list(distributed.share(groups)), desc="π_ref log-probs", unit="prompt"):
         with autocast(model.device, dtype):
