@@ -32,10 +32,10 @@ def shared_prefix_logps(model, sequences, scored_from, memory=None):
     while any(ids[:shared] != sequences[0][:shared] for ids in sequences):
         shared -= 1  # a tokenizer may merge across the boundary: share only identical tokens
     prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
+    device = next(model.parameters()).device
     cache = encode_prefix(model, prefix, memory)
     cache.batch_repeat_interleave(len(sequences))
-    input_ids, attention_mask = padded_batch([ids[shared - 1:] for ids in sequences],
-                                             next(model.parameters()).device, cached=len(prefix))
+    input_ids, attention_mask = padded_batch([ids[shared - 1:] for ids in sequences], device, cached=len(prefix))
     logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # column j: token shared + j
     skipped = logps.new_zeros(shared - 1)
     return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)], shared
@@ -44,18 +44,20 @@ def shared_prefix_logps(model, sequences, scored_from, memory=None):
 def encode_prefix(model, prefix, memory=None):
     """The KV cache of the id list `prefix`. Its own logits are never used: logits_to_keep=1 spares its LM
     head. `memory`, a dict the caller keeps (no gradients: scoring only), holds the prefix encoded last and
-    its cache; a prefix that extends it continues a copy of that cache, so that the next turn state of a
-    dialogue encodes only what the turn added (colbench/advantage.py score_candidates)."""
+    its cache; a prefix that extends it continues that cache, so that the next turn state of a dialogue
+    encodes only what the turn added (colbench/advantage.py score_candidates). The memory then holds this
+    prefix, and the caller gets a copy of its cache to grow."""
     device = next(model.parameters()).device
     cache, start = None, 0
     if memory and prefix[:len(memory["ids"])] == memory["ids"]:
-        cache, start = copy.deepcopy(memory["cache"]), len(memory["ids"])
+        cache, start = memory["cache"], len(memory["ids"])
     if start < len(prefix):
         cache = model(input_ids=torch.tensor([prefix[start:]], device=device), cache=cache, use_cache=True,
                       logits_to_keep=1).cache
-    if memory is not None:
-        memory.update(ids=list(prefix), cache=copy.deepcopy(cache))
-    return cache
+    if memory is None:
+        return cache
+    memory.update(ids=list(prefix), cache=cache)
+    return copy.deepcopy(cache)
 
 
 def token_logps(model, input_ids, attention_mask, past_key_values=None):
