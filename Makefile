@@ -18,11 +18,11 @@ install: $(STAMP)
 test: install
 	$(PYTHON) -m pytest -q -x -p no:benchmark test_all.py   # pytest-benchmark, where installed, leaves a .benchmarks/ folder
 
-demo: install   # the whole chain on the embedded model, on 2 CPU cores (colbench/demo.py)
-	$(PYTHON) -m colbench.demo
+demo: install   # the whole chain on the embedded model, on 2 CPU cores (harness/demo.py)
+	$(PYTHON) -m harness.demo
 
 experiment: install   # the demo, then Multi-Turn DPO, RFT, the controls and the judge, in the same run folder
-	$(PYTHON) -m colbench.demo --experiment
+	$(PYTHON) -m harness.demo --experiment
 
 frontend: install   # the chain on frontend tasks, scored offline (runs/frontend)
-	$(PYTHON) -m colbench.demo --frontend
+	$(PYTHON) -m harness.demo --frontend

@@ -4,12 +4,13 @@
 
 At every agent turn state o_t of the offline trajectories (the dialogue before that turn), sample
 --candidates replies from the starting policy, score each with the critic's advantage A(o_t, a, c)
-(critic.py's critic, colbench/advantage.py), and pair a random top-half candidate (chosen) with a
-random bottom-half one (rejected). The policy then trains on these pairs with DPO plus λ·NLL of
-the chosen reply. Sampling, ranking and training are three phases, each freeing its models. Writes
-the policy folder once whole: candidates.jsonl, pairs.jsonl (TRL's preference format), args.json,
+(critic.py's `score_candidates`), and pair a random top-half candidate (chosen) with a random
+bottom-half one (rejected). The policy then trains on these pairs with DPO plus λ·NLL of the chosen
+reply. Read top to bottom: sampling, the ranking, the pairs, log-probs and π_ref, Eq. 4, the loop,
+the stage; sampling, ranking and training are three phases, each freeing its models. Writes the
+policy folder once whole: candidates.jsonl, pairs.jsonl (TRL's preference format), args.json,
 log.jsonl and the checkpoint, which `rollout.py --agent` runs. The paper's baselines (Multi-Turn
-DPO, RFT) are colbench/baselines.py. Departures from the paper: docs/DEPARTURES.md.
+DPO, RFT) are harness/baselines.py. Departures from the paper: docs/DEPARTURES.md.
 """
 import argparse
 import gc
@@ -24,20 +25,19 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from colbench import distributed
-from colbench.advantage import load_critic, score_candidates
 from colbench.cli import (at_least, fail, fraction, non_negative_float, non_negative_int,
                           positive_float, positive_int, require_server, server_url,
                           trajectories_or_fail)
 from colbench.data import (DataError, default_output, finish_folder, partial_folder, read_jsonl,
                            trajectory_subset, write_jsonl)
 from colbench.env import agent_messages, turn_budget, turn_states
-from colbench.fast_logps import shares_prefix
 from colbench.models import (DTYPES, SCHEDULES, EndpointChat, adamw, autocast, chat_text,
-                             compute_dtype, describe_dtype, load_model, sample_candidates)
-from colbench.training import (completion_logps, log_step, prompt_groups, reference_logps,
-                               save_checkpoint, shuffled_batches, tokenize_completion)
+                             compute_dtype, describe_dtype, load_model, sample_candidates,
+                             tokenize_turns)
+from critic import load_critic, logps_of, score_candidates
 
 RANDOM_CRITIC = "random"  # --critic random: random scores, a control for what the ranking adds
+PER_PASS = 4  # pairs of one turn state in one forward pass at most: memory stays small
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (evaluate.py's output)")
@@ -45,28 +45,33 @@ parser.add_argument("--out", help="policy folder to write (default runs/<stem>.p
 parser.add_argument("--critic", help="critic folder from critic.py (default runs/<stem>.critic), "
                                      "or 'random': candidates ranked by random scores (a control)")
 parser.add_argument("--model", default="embedded",
-                    help="policy to start from: model folder, hub id, or 'embedded'")
+                    help="policy to start from: model folder, hub id, or 'embedded' "
+                         "(paper: Llama-3.1-8B-Instruct)")
 parser.add_argument("--candidates", type=at_least(2), default=6,
-                    help="replies sampled per turn state (N; 2 at least: a top and a bottom half)")
+                    help="replies sampled per turn state (N; 2 at least: a top and a bottom half; "
+                         "paper: 16)")
 parser.add_argument("--pairs-per-turn", type=positive_int, default=2,
-                    help="preference pairs drawn per turn state")
+                    help="preference pairs drawn per turn state (paper: 4)")
 parser.add_argument("--data-fraction", type=fraction, default=1.0,
-                    help="rank the turn states of this random fraction of the trajectories")
+                    help="rank the turn states of this random fraction of the trajectories "
+                         "(official README: 0.1)")
 parser.add_argument("--sampled", help="candidates.jsonl of an earlier run on the same data: rank "
                                       "its candidates instead of sampling (the controls: the same "
                                       "candidates, another ranking)")
 parser.add_argument("--max-new-tokens", type=positive_int, default=64,
                     help="tokens per sampled reply at most")
 parser.add_argument("--temperature", type=non_negative_float, default=0.7,
-                    help="the candidates' sampling temperature")
-parser.add_argument("--beta", type=positive_float, default=0.1, help="DPO temperature β' (Eq. 4)")
+                    help="the candidates' sampling temperature (paper: 1.0)")
+parser.add_argument("--beta", type=positive_float, default=0.1,
+                    help="DPO temperature β' of Eq. 4 (paper: 0.1)")
 parser.add_argument("--nll-coef", type=non_negative_float, default=1.0,
-                    help="weight λ of the NLL term (Eq. 4)")
+                    help="weight λ of Eq. 4's NLL term (paper: 0.01)")
 parser.add_argument("--lr", type=positive_float, default=1e-5,
-                    help="AdamW learning rate (paper: 2e-7 for 8B models)")
-parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the pairs")
+                    help="AdamW learning rate (paper: 2e-7)")
+parser.add_argument("--epochs", type=positive_int, default=1,
+                    help="passes over the pairs (paper: 1)")
 parser.add_argument("--batch-size", type=positive_int, default=8,
-                    help="pairs per optimizer step (a turn state's pairs share a forward pass)")
+                    help="pairs per optimizer step (paper: 8)")
 parser.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,
                     help="constant, or cosine: the official code's (3%% warm-up, decay to 0.1x)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
@@ -75,6 +80,8 @@ parser.add_argument("--dtype", default="auto", choices=DTYPES,
 parser.add_argument("--seed", type=non_negative_int, default=0,
                     help="seed for subsetting, sampling, pairing and shuffling")
 scale = parser.add_argument_group("scale (docs/SCALING.md)")
+scale.add_argument("--plain", action="store_true",
+                   help="log-probs the plain way only: each sequence encoded whole (slower, same numbers)")
 scale.add_argument("--sample-batch-size", type=positive_int, default=16,
                    help="sequences per batched generate call")
 scale.add_argument("--sampler", type=server_url,
@@ -86,85 +93,11 @@ scale.add_argument("--fsdp", action="store_true",
                    help="under torchrun: shard weights, gradients and AdamW states (FSDP2)")
 
 
-# --- the SWEET-RL part: rank the candidates, top half against bottom half (§4.3),
-# DPO + NLL (Eq. 4)
-
-def top_bottom_pairs(scores, pairs_per_turn, rng):
-    """(chosen, rejected) indices: a random candidate of the top half against one of the bottom
-    half, by the critic's `scores`. Distinct pairs, at most pairs_per_turn; with an odd count the
-    median candidate sits out."""
-    order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
-    half = len(order) // 2
-    crossing = [(c, r) for c in order[:half] for r in order[len(order) - half:]
-                if scores[c] > scores[r]]
-    return rng.sample(crossing, min(pairs_per_turn, len(crossing)))
-
-
-def state_pairs(trajectory, turn, history, replies, scores, pairs_per_turn, rng):
-    """pairs.jsonl rows (TRL's preference format) of one turn state: its candidate `replies`, ranked
-    by the critic's `scores`, under the prompt the agent saw there."""
-    prompt = agent_messages(trajectory["task"], history, turn_budget(trajectory))
-    return [{"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"], "turn": turn,
-             "prompt": prompt, "chosen": [{"role": "assistant", "content": replies[c]}],
-             "rejected": [{"role": "assistant", "content": replies[r]}],
-             "chosen_score": scores[c], "rejected_score": scores[r]}
-            for c, r in top_bottom_pairs(scores, pairs_per_turn, rng)]
-
-
-def dpo_nll_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
-                 reference_rejected_logps, chosen_nll, beta, nll_coef):
-    """Paper Eq. 4: DPO on (chosen, rejected) plus λ · NLL of the chosen reply, for each pair.
-    Inputs and outputs: [pairs]."""
-    chosen_rewards = beta * (policy_chosen_logps - reference_chosen_logps)  # [pairs]
-    rejected_rewards = beta * (policy_rejected_logps - reference_rejected_logps)  # [pairs]
-    losses = -F.logsigmoid(chosen_rewards - rejected_rewards) + nll_coef * chosen_nll  # [pairs]
-    return losses, chosen_rewards.detach(), rejected_rewards.detach()
-
-
-def train(model, pairs, rng, log_path, dtype, epochs, batch_size, lr, lr_schedule, beta, nll_coef,
-          share_prompt):
-    """AdamW over shuffled batches of `batch_size` pairs, gradients added up over a batch; a log line
-    per step, its statistics averaged over the batch. With share_prompt the pairs of one turn state
-    stay side by side and share a forward pass (their prompt encoded once); else one pair a pass.
-    `model` is as distributed.wrap returned it; log_path None: no log (a torchrun process but the
-    first)."""
-    steps = math.ceil(len(pairs) / batch_size) * epochs
-    optimizer, schedule = adamw(model, lr, steps, lr_schedule)
-    device, history = next(model.parameters()).device, []
-    with open(log_path or os.devnull, "w") as log:
-        groups = prompt_groups(pairs, share_prompt)
-        for step, epoch, batch in shuffled_batches(groups, batch_size, epochs, rng):
-            started, measured = time.time(), []
-            for group, weight in distributed.share(prompt_groups(batch, share_prompt), model):
-                with autocast(device, dtype):
-                    sides = [pair[side] for pair in group for side in ("chosen", "rejected")]
-                    logps, counts, tokens = completion_logps(model, sides, share_prompt)
-                    logps, counts = logps.view(-1, 2), counts.view(-1, 2)  # [pairs, 2]: chosen, rejected
-                    reference = torch.stack([pair["reference_logps"] for pair in group]).to(device)  # π_ref's
-                    # --- SWEET-RL: Eq. 4 on each pair, its NLL a mean over the chosen reply's tokens
-                    losses, chosen_rewards, rejected_rewards = dpo_nll_loss(
-                        logps[:, 0], logps[:, 1], reference[:, 0], reference[:, 1],
-                        -logps[:, 0] / counts[:, 0], beta, nll_coef)  # [pairs]
-                (losses.sum() * weight / len(batch)).backward()  # the mean over the batch
-                if weight:
-                    for i, loss in enumerate(losses.tolist()):
-                        margin = (chosen_rewards[i] - rejected_rewards[i]).item()
-                        measured.append({"accuracy": float(margin > 0), "margin": margin,
-                                         "chosen_logps": logps[i, 0].item(),
-                                         "rejected_logps": logps[i, 1].item(), "loss": loss,
-                                         "tokens": tokens if i == 0 else 0})  # a pass's, once
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
-            history.append(log_step(log, step, epoch, steps, measured, len(batch), started))
-    return history
-
-
-# ---------------------------------------------------------------- the stage's three phases
+# ---------------------------------------------------------------- phase 1: sampling
 
 def sample(states, model_name, sampler, n, max_new_tokens, temperature, batch_size, dtype):
-    """Phase 1: n replies at each state from the starting policy, here or on a `sampler` server."""
+    """n replies at each state from the starting policy, here or on a `sampler` server, under the
+    prompt the agent saw there."""
     conversations = [agent_messages(t["task"], history, turn_budget(t)) for t, _, history in states]
     if sampler:
         server, candidates = EndpointChat(sampler), []
@@ -195,9 +128,8 @@ def earlier_candidates(path, states):
     """{state key: candidates} from the candidates.jsonl of an earlier run (--sampled); every state
     needed."""
     try:
-        rows = [row for _, row in read_jsonl(path)]
         found = {(row["task_id"], row["sample_idx"], row["turn"]): row["candidates"]
-                 for row in rows}
+                 for _, row in read_jsonl(path)}
     except (DataError, KeyError) as e:
         fail(f"--sampled {path}: not a candidates.jsonl of policy.py ({e})")
     missing = [key for key in map(state_key, states) if key not in found]
@@ -208,14 +140,35 @@ def earlier_candidates(path, states):
     return found
 
 
+# --- the SWEET-RL part: phase 2, rank the candidates by the critic, top half against bottom (§4.3)
+
+def top_bottom_pairs(scores, pairs_per_turn, rng):
+    """(chosen, rejected) indices: a random candidate of the top half against one of the bottom
+    half, by the critic's `scores`. Distinct pairs, at most pairs_per_turn; with an odd count the
+    median candidate sits out."""
+    order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
+    half = len(order) // 2
+    crossing = [(c, r) for c in order[:half] for r in order[len(order) - half:]
+                if scores[c] > scores[r]]
+    return rng.sample(crossing, min(pairs_per_turn, len(crossing)))
+
+
+def state_pairs(trajectory, turn, history, replies, scores, pairs_per_turn, rng):
+    """pairs.jsonl rows (TRL's preference format) of one turn state: its candidate `replies`, ranked
+    by the critic's `scores`, under the prompt the agent saw there."""
+    prompt = agent_messages(trajectory["task"], history, turn_budget(trajectory))
+    return [{"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"], "turn": turn,
+             "prompt": prompt, "chosen": [{"role": "assistant", "content": replies[c]}],
+             "rejected": [{"role": "assistant", "content": replies[r]}],
+             "chosen_score": scores[c], "rejected_score": scores[r]}
+            for c, r in top_bottom_pairs(scores, pairs_per_turn, rng)]
+
+
 def rank(states, candidates, critic_dir, pairs_per_turn, seed, rng, dtype):
-    """Phase 2: each state's candidates scored by the critic (or at random), then paired: the lines
-    of candidates.jsonl (each state's candidates and their scores) and of pairs.jsonl."""
-    if critic_dir == RANDOM_CRITIC:
-        draw = random.Random(f"random scores {seed}")
-        critic = None
-    else:
-        critic = load_critic(critic_dir, dtype=dtype)
+    """Each state's candidates scored by the critic (or at random), then paired: the lines of
+    candidates.jsonl (each state's candidates and their scores) and of pairs.jsonl."""
+    critic = None if critic_dir == RANDOM_CRITIC else load_critic(critic_dir, dtype=dtype)
+    draw = random.Random(f"random scores {seed}")
     scored, rows = [], []
     for state, replies in tqdm(list(zip(states, candidates)), desc="ranking", unit="state"):
         trajectory, turn, history = state
@@ -232,6 +185,140 @@ def rank(states, candidates, critic_dir, pairs_per_turn, seed, rng, dtype):
     gc.collect()
     return scored, rows
 
+
+# ---------------------------------------------------------------- phase 3: log-probs, π_ref, Eq. 4
+
+def tokenize_completion(tokenizer, prompt, completion):
+    """(ids, spans) of prompt + completion messages: the token ids, and the [start, end) spans of
+    the completion's assistant messages only."""
+    ids, spans = tokenize_turns(tokenizer, prompt + completion)
+    return ids, spans[len(spans) - sum(m["role"] == "assistant" for m in completion):]
+
+
+def completion_logps(model, sequences, fast=True, memory=None):
+    """log π(completion | prompt) of (ids, spans) sequences that share their prompt: the summed
+    log-probs of the span tokens, [n], and their token counts, [n] (critic.py's logps_of)."""
+    logps = logps_of(model, [ids for ids, _ in sequences],
+                     min(spans[0][0] for _, spans in sequences), fast, memory)
+    # Entry i - 1 of a row is token i's log-prob: a span [start, end) is entries start - 1 to end - 1.
+    sums = torch.stack([sum(row[start - 1:end - 1].sum() for start, end in spans)
+                        for row, (_, spans) in zip(logps, sequences)])
+    counts = sums.new_tensor([sum(end - start for start, end in spans) for _, spans in sequences])
+    return sums, counts
+
+
+def prompt_groups(indices, prompt_of):
+    """Indices whose prompt_of(index) is the same (a turn state's pairs), PER_PASS at most a group,
+    in the order of their first: a group stays side by side in the shuffle and is one forward pass."""
+    by_prompt = {}
+    for i in indices:
+        by_prompt.setdefault(prompt_of(i), []).append(i)
+    return [same[k:k + PER_PASS] for same in by_prompt.values() for k in range(0, len(same), PER_PASS)]
+
+
+def pair_prompt(pair):
+    """The prompt ids both sides of a pair begin with."""
+    ids, spans = pair["chosen"]
+    return tuple(ids[:spans[0][0]])
+
+
+@torch.no_grad()
+def reference_logps(model, pairs, dtype, fast=True):
+    """π_ref of Eq. 4, the model before training: [len(pairs), 2], the summed log-probs of each
+    pair's chosen and rejected completion, computed once, a turn state's pairs in one pass."""
+    model.eval()
+    groups = prompt_groups(range(len(pairs)), lambda i: pair_prompt(pairs[i]))
+    mine, memory = [], {}  # fast: a dialogue's next turn state continues the cache of the one before
+    for group, weight in tqdm(list(distributed.share(groups)), desc="π_ref log-probs", unit="prompt"):
+        with autocast(model.device, dtype):
+            sides = [pairs[i][side] for i in group for side in ("chosen", "rejected")]
+            logps, _ = completion_logps(model, sides, fast, memory)
+        if weight:  # torchrun: weight 0 marks a padding pass
+            mine += [(i, logps[2 * k:2 * k + 2]) for k, i in enumerate(group)]
+    model.train()
+    reference = torch.zeros(len(pairs), 2)
+    for i, logps in distributed.gather(mine):  # torchrun: every process gets every pair's
+        reference[i] = logps
+    return reference
+
+
+def dpo_nll_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
+                 reference_rejected_logps, chosen_lengths, beta, nll_coef):
+    """Paper Eq. 4: DPO on (chosen, rejected) plus λ · NLL of the chosen reply, a mean over its
+    tokens, for each pair. Inputs: [pairs] (log-probs summed over a reply; its token count).
+    Returns the losses and the two sides' implicit rewards, [pairs] each."""
+    chosen_rewards = beta * (policy_chosen_logps - reference_chosen_logps)  # [pairs]
+    rejected_rewards = beta * (policy_rejected_logps - reference_rejected_logps)  # [pairs]
+    nll = -policy_chosen_logps / chosen_lengths  # [pairs]
+    losses = -F.logsigmoid(chosen_rewards - rejected_rewards) + nll_coef * nll  # [pairs]
+    return losses, chosen_rewards.detach(), rejected_rewards.detach()
+
+
+# ---------------------------------------------------------------- the loop
+
+def shuffled_batches(groups, batch_size, epochs, rng):
+    """(step, epoch, batch) of each optimizer step, both counted from 1: in every epoch the `groups`
+    in a new random order from `rng`, each group's items side by side, cut into batches of
+    `batch_size` items (the last one may be smaller; a group may straddle two batches)."""
+    steps_per_epoch = math.ceil(sum(len(group) for group in groups) / batch_size)
+    for epoch in range(epochs):
+        order = [item for group in rng.sample(groups, len(groups)) for item in group]
+        for number in range(steps_per_epoch):
+            batch = order[number * batch_size:(number + 1) * batch_size]
+            yield epoch * steps_per_epoch + number + 1, epoch + 1, batch
+
+
+def train(model, pairs, reference, rng, log, dtype, epochs, batch_size, lr, lr_schedule, beta,
+          nll_coef, fast):
+    """AdamW over shuffled batches of `batch_size` pairs, a turn state's pairs side by side and in
+    one forward pass, gradients added up over a batch; a log line per step. `model` is as
+    distributed.wrap returned it; `reference`: [pairs, 2], π_ref's log-probs."""
+    groups = prompt_groups(range(len(pairs)), lambda i: pair_prompt(pairs[i]))
+    steps = math.ceil(len(pairs) / batch_size) * epochs
+    optimizer, schedule = adamw(model, lr, steps, lr_schedule)
+    device, history = next(model.parameters()).device, []
+    for step, epoch, batch in shuffled_batches(groups, batch_size, epochs, rng):
+        started, measured = time.time(), []
+        passes = prompt_groups(batch, lambda i: pair_prompt(pairs[i]))
+        for group, weight in distributed.share(passes, model):  # torchrun: a share of the passes
+            with autocast(device, dtype):
+                sides = [pairs[i][side] for i in group for side in ("chosen", "rejected")]
+                logps, counts = completion_logps(model, sides, fast)
+                logps, counts = logps.view(-1, 2), counts.view(-1, 2)  # [pairs, 2]: chosen, rejected
+                ref = reference[group].to(device)  # [pairs, 2]
+                # --- SWEET-RL: Eq. 4 on each pair
+                losses, chosen_rewards, rejected_rewards = dpo_nll_loss(
+                    logps[:, 0], logps[:, 1], ref[:, 0], ref[:, 1], counts[:, 0], beta, nll_coef)
+            distributed.backward(losses.sum() / len(batch), weight)  # .backward() of the batch mean
+            if weight:
+                margins = (chosen_rewards - rejected_rewards).tolist()
+                measured += [{"accuracy": float(m > 0), "margin": m, "chosen_logps": c,
+                              "rejected_logps": r, "loss": loss, "tokens": counts.sum().item() / len(group)}
+                             for m, (c, r), loss in zip(margins, logps.tolist(), losses.tolist())]
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+        history.append(log_step(log, step, epoch, steps, measured, len(batch), started))
+    return history
+
+
+def log_step(log, step, epoch, steps, measured, batch_size, started):
+    """The log record of an optimizer step, written to `log` and printed: the statistics of each
+    example (`measured`, from every torchrun process) averaged over the batch, and the reply tokens
+    trained on per second since `started`."""
+    measured = distributed.gather(measured)
+    record = {"step": step, "epoch": epoch,
+              **{k: sum(m[k] for m in measured) / batch_size for k in measured[0] if k != "tokens"},
+              "tokens_per_s": sum(m["tokens"] for m in measured) / (time.time() - started)}
+    log.write(json.dumps(record) + "\n")
+    log.flush()
+    print(f"step {step}/{steps} | " + " | ".join(
+        f"{k} {v:.4g}" for k, v in record.items() if k not in ("step", "epoch")), flush=True)
+    return record
+
+
+# ---------------------------------------------------------------- the stage
 
 def main(args):
     distributed.init()  # torchrun: join the process group; a plain run is the only process
@@ -275,22 +362,23 @@ def main(args):
 
     # Phase 3: DPO + NLL from the starting policy, fp32 master weights (bf16 rounds updates away).
     model, tokenizer = load_model(args.model, trainable=True)
+    # The fast log-probs by default; FSDP and checkpointing cannot backpropagate into its KV cache.
+    fast = not (args.plain or args.fsdp or args.gradient_checkpointing)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    # torchrun: DDP replicas, or with --fsdp `model` itself sharded (before π_ref: FSDP then
-    # computes it as training does). A plain run trains `model` itself.
+    # torchrun: DDP replicas, or with --fsdp `model` itself sharded (before π_ref, which FSDP then
+    # computes as training does). A plain run trains `model` itself.
     trained = distributed.wrap(model, args.fsdp, dtype)
     pairs = [{side: tokenize_completion(tokenizer, row["prompt"], row[side])
               for side in ("chosen", "rejected")} for row in rows]
-    share_prompt = shares_prefix(args.fsdp, args.gradient_checkpointing)
-    # --- SWEET-RL: π_ref of Eq. 4, in each pair
-    reference_logps(model, pairs, dtype, share_prompt)
-    started, log_path = time.time(), folder and os.path.join(folder, "log.jsonl")
-    # The training order has its own seed, so that every torchrun process draws the same one.
-    history = train(trained, pairs, random.Random(args.seed), log_path, dtype, args.epochs,
-                    args.batch_size, args.lr, args.lr_schedule, args.beta, args.nll_coef,
-                    share_prompt)
-    if save_checkpoint(folder, model, tokenizer):  # torchrun: only the first process writes
+    # --- SWEET-RL: π_ref of Eq. 4, the starting policy's log-probs of each pair
+    reference = reference_logps(model, pairs, dtype, fast)
+    started = time.time()
+    with open(os.path.join(folder, "log.jsonl") if folder else os.devnull, "w") as log:
+        # The training order has its own seed, so that every torchrun process draws the same one.
+        history = train(trained, pairs, reference, random.Random(args.seed), log, dtype, args.epochs,
+                        args.batch_size, args.lr, args.lr_schedule, args.beta, args.nll_coef, fast)
+    if distributed.save_checkpoint(folder, model, tokenizer):  # torchrun: only the first writes
         finish_folder(folder, out)
         last = history[-1]
         print(f"done: {len(history)} steps in {time.time() - started:.0f} s | last step: loss "

@@ -32,21 +32,20 @@ import torch
 from transformers import AutoTokenizer
 
 import colbench.data
-from colbench import advantage, frontend, stats
+from colbench import frontend, stats
 from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
                           positive_int, require_server)
-from colbench.data import (DataError, derive_task_id, finished_keys, load_tasks, load_trajectories,
-                           preference_pairs, task_kind)
+from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, TURN_BUDGET_NOTE, Episode, agent_messages, html_page, turn_budget
 from colbench.fast_logps import TargetLogSoftmax, shared_prefix_logps
 from colbench.fast_sampling import ReservedLayer, keep_freed_memory, sample_shrinking_batch
-from colbench.models import (EndpointChat, Reply, chat_text, load_model, sample_plain, sequence_logps,
-                             tokenize_turns)
+from colbench.models import EndpointChat, Reply, chat_text, load_model, sample_plain, tokenize_turns
 from colbench.render import render, render_many
 from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value
 from colbench.simulators import (DONT_KNOW, ONE_AT_A_TIME, EmbeddedSimulator, facts_from_code, facts_told,
                                  make_simulator)
 import critic
+from critic import preference_pairs, sequence_logps
 from evaluate import extract_code
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -210,8 +209,8 @@ def test_cli_types_accept_their_range_only(check, accepted, refused):
     ("policy.py", "--temperature", "-0.5", "a finite number >= 0"),
     ("policy.py", "--lr", "nan", "a finite number > 0"),
     ("policy.py", "--beta", "0", "a finite number > 0"),
-    ("-m colbench.judge", "--candidates", "1", "an integer >= 2"),
-    ("-m colbench.warmstart", "--samples", "0", "an integer >= 1"),
+    ("-m harness.judge", "--candidates", "1", "an integer >= 2"),
+    ("-m harness.warmstart", "--samples", "0", "an integer >= 1"),
 ])
 def test_stages_refuse_a_bad_flag_value_at_parse_time(tmp_path, script, flag, value, allowed):
     given = write_jsonl(tmp_path / "in.jsonl", [TIP_TASK])
@@ -382,7 +381,7 @@ def test_scripted_agents_through_rollout_a_fixed_script_learns_nothing_asking_by
 
 def test_warm_start_varies_turn_by_turn_and_stays_imperfect(tmp_path):
     out = tmp_path / "warm.traj.jsonl"
-    run_script("-m", "colbench.warmstart", write_jsonl(tmp_path / "t.jsonl", easy_tasks("train")[:60]),
+    run_script("-m", "harness.warmstart", write_jsonl(tmp_path / "t.jsonl", easy_tasks("train")[:60]),
                "--samples", "2", "--out", str(out))
     rows = load_trajectories(str(out))
     questions = [turn["content"] for r in rows for turn in r["dialogue_history"][1:-1] if turn["role"] == "assistant"]
@@ -1345,7 +1344,7 @@ def two_model_critic(tiny_model, tmp_path_factory):
     other = build_tiny_model(str(tmp_path_factory.mktemp("tiny_model_2")), seed=1)
     model, tokenizer = load_model(tiny_model)
     reference_model, _ = load_model(other)
-    return advantage.Critic(model, reference_model, tokenizer)
+    return critic.Critic(model, reference_model, tokenizer)
 
 
 def scored(task, sample_idx, agent_turns, reward, human="I don't know."):
@@ -1367,7 +1366,7 @@ def test_critic_loss_equals_hand_computed_values_and_log_2_when_critic_is_refere
     # Unequal margins: a flipped sign, or chosen and rejected swapped, gives another value.
     assert critic.bradley_terry_loss(rejected, chosen, beta=0.1).item() == pytest.approx(0.721268, abs=1e-6)
     logps = torch.log(torch.rand(20))
-    advantages = advantage.turn_advantages(logps, logps, [(3, 7), (12, 20)])
+    advantages = critic.turn_advantages(logps, logps, [(3, 7), (12, 20)])
     assert advantages.tolist() == [0.0, 0.0]
     score = advantages.sum()[None]
     assert critic.bradley_terry_loss(score, score, 0.1).item() == pytest.approx(math.log(2))
@@ -1376,8 +1375,8 @@ def test_critic_loss_equals_hand_computed_values_and_log_2_when_critic_is_refere
 def test_critic_turn_advantage_is_the_mean_or_sum_of_its_tokens():
     critic_logps, reference_logps = torch.tensor([-1.0, -2.0, -3.0, -4.0, -5.0]), torch.full((5,), -3.0)
     # spans are token positions: tokens 2..3 are entries 1..2, tokens 4..5 are entries 3..4
-    assert advantage.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)]).tolist() == [0.5, -1.5]
-    summed = advantage.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)], normalize=False)
+    assert critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)]).tolist() == [0.5, -1.5]
+    summed = critic.turn_advantages(critic_logps, reference_logps, [(2, 4), (4, 6)], normalize=False)
     assert summed.tolist() == [1.0, -3.0]
 
 
@@ -1386,14 +1385,13 @@ def test_trajectory_score_is_the_papers_sum_of_turn_means_or_the_official_mean_o
     # turn 1: tokens 2..3 (log-ratios 1, 0); turn 2: tokens 4..6 (log-ratios -1, -2, and 0 at token 6)
     views = {"t": {"spans": [(2, 4), (4, 6)]}}
     logps, reference = {"t": critic_logps}, {"t": reference_logps}
-    assert critic.trajectory_scores(logps, reference, views, ["t"]).item() == pytest.approx(0.5 - 1.5)
-    assert critic.trajectory_scores(logps, reference, views, ["t"], score="token-mean").item() == pytest.approx(
-        (1 + 0 - 1 - 2) / 4)
+    assert critic.trajectory_scores(logps, reference, views, ["t"], score="turn-sum").item() == pytest.approx(0.5 - 1.5)
+    assert critic.trajectory_scores(logps, reference, views, ["t"]).item() == pytest.approx((1 + 0 - 1 - 2) / 4)
     views = {"t": {"spans": [(1, 4), (4, 5)]}}  # turns of 3 and 1 tokens: the mean over tokens weighs them 3:1
     assert critic.trajectory_scores(logps, reference, views, ["t"], score="token-mean").item() == pytest.approx(
         (2 + 1 + 0 - 1) / 4)
-    assert critic.trajectory_scores(logps, reference, views, ["t"], normalize=False, score="token-mean").item() == \
-        pytest.approx(2 + 1 + 0 - 1)  # w/o normalization: the sum over tokens either way
+    for score in critic.SCORES:  # w/o normalization: the sum over tokens either way
+        assert critic.trajectory_scores(logps, reference, views, ["t"], False, score).item() == pytest.approx(2 + 1 + 0 - 1)
 
 
 def test_the_cosine_schedule_warms_up_over_3_percent_then_decays_to_a_tenth():
@@ -1418,7 +1416,7 @@ def test_the_cosine_schedule_warms_up_over_3_percent_then_decays_to_a_tenth():
 def test_critic_prompt_holds_the_solution_and_spans_select_exactly_the_agent_tokens(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     dialogue = HISTORY + [{"role": "assistant", "content": CANDIDATES[0]}]
-    messages = advantage.critic_messages(TIP_TASK, dialogue, 3)
+    messages = critic.critic_messages(TIP_TASK, dialogue, 3)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
     assert TIP_TASK["ground_truth"].strip() in messages[0]["content"]
     assert messages[0]["content"].endswith(agent_messages(TIP_TASK, dialogue, 3)[0]["content"])  # the agent's view
@@ -1427,39 +1425,43 @@ def test_critic_prompt_holds_the_solution_and_spans_select_exactly_the_agent_tok
         "What percent should the tip be?<|im_end|>", CANDIDATES[0] + "<|im_end|>"]
     outside = tokenizer.decode([ids[k] for k in range(len(ids)) if not any(a <= k < b for a, b in spans)])
     assert "return round(bill * 0.18, 2)" in outside and "What percent" not in outside
-    blind = advantage.critic_messages(TIP_TASK, dialogue, 3, use_solution=False)
+    blind = critic.critic_messages(TIP_TASK, dialogue, 3, use_solution=False)
     assert blind == agent_messages(TIP_TASK, dialogue, 3)
 
 
 def test_critic_advantage_changes_with_the_solution_only_when_it_is_shown(two_model_critic):
     other_solution = dict(TIP_TASK, ground_truth="def tip(bill):\n    return bill * 0.25\n")
-    with_c = advantage.score_candidates(two_model_critic, TIP_TASK, HISTORY, 3, CANDIDATES)
+    with_c = critic.score_candidates(two_model_critic, TIP_TASK, HISTORY, 3, CANDIDATES)
     assert all(abs(a) > 1e-4 for a in with_c)
-    with_other_c = advantage.score_candidates(two_model_critic, other_solution, HISTORY, 3, CANDIDATES)
+    with_other_c = critic.score_candidates(two_model_critic, other_solution, HISTORY, 3, CANDIDATES)
     assert all(abs(a - b) > 1e-5 for a, b in zip(with_c, with_other_c))
-    blind = advantage.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
+    blind = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
                           use_solution=False)
-    assert (advantage.score_candidates(blind, TIP_TASK, HISTORY, 3, CANDIDATES)
-            == advantage.score_candidates(blind, other_solution, HISTORY, 3, CANDIDATES))
+    assert (critic.score_candidates(blind, TIP_TASK, HISTORY, 3, CANDIDATES)
+            == critic.score_candidates(blind, other_solution, HISTORY, 3, CANDIDATES))
 
 
 @pytest.mark.parametrize("normalize", [True, False])
 def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_critic, normalize):
-    scorer = advantage.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
+    scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
                            normalize=normalize)
-    advantage.score_candidates(scorer, TIP_TASK, HISTORY[:1], 3, CANDIDATES[:2])  # the dialogue's turn state before
+    plain_scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
+                                 normalize=normalize, fast=False)  # the plain way: each reply's sequence whole
+    plain_scores = critic.score_candidates(plain_scorer, TIP_TASK, HISTORY, 3, CANDIDATES)
+    critic.score_candidates(scorer, TIP_TASK, HISTORY[:1], 3, CANDIDATES[:2])  # the dialogue's turn state before
     earlier = scorer.memory["critic"]["ids"]
-    shared = advantage.score_candidates(scorer, TIP_TASK, HISTORY, 3, CANDIDATES + CANDIDATES[:1])  # one twice
+    shared = critic.score_candidates(scorer, TIP_TASK, HISTORY, 3, CANDIDATES + CANDIDATES[:1])  # one twice
     assert scorer.memory["critic"]["ids"][:len(earlier)] == earlier and len(scorer.memory["critic"]["ids"]) > len(earlier)
     assert shared[-1] == shared[0]  # a reply sampled twice gets one score
     for candidate, score in zip(CANDIDATES, shared):
-        messages = advantage.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}], 3)
+        messages = critic.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}], 3)
         ids, spans = tokenize_turns(scorer.tokenizer, messages)
         with torch.no_grad():
             critic_logps = sequence_logps(scorer.model, [ids])[0]
             reference_logps = sequence_logps(scorer.reference_model, [ids])[0]
-        plain = advantage.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item()
+        plain = critic.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item()
         assert score == pytest.approx(plain, abs=1e-4)
+    assert shared[:-1] == pytest.approx(plain_scores, abs=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -1481,7 +1483,7 @@ def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory
     dialogues = [HISTORY + [{"role": "assistant", "content": c}, {"role": "user", "content": "ok"},
                             {"role": "assistant", "content": "I WANT TO ANSWER: def tip(bill): return bill"}]
                  for c in CANDIDATES[:3]]
-    encoded = [tokenize_turns(two_model_critic.tokenizer, advantage.critic_messages(TIP_TASK, d, 3))
+    encoded = [tokenize_turns(two_model_critic.tokenizer, critic.critic_messages(TIP_TASK, d, 3))
                for d in dialogues]
     with torch.no_grad():
         fast, _ = shared_prefix_logps(two_model_critic.model, [ids for ids, _ in encoded],
@@ -1495,7 +1497,7 @@ def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory
 
 def test_ranking_quality_on_a_planted_case():
     # State 1: the critic ranks the passing answer first; state 2: it ranks them exactly backwards.
-    from colbench.judge import ranking_quality
+    from harness.judge import ranking_quality
     quality = ranking_quality([[0.9, 0.1, -0.5], [0.3, 0.2]], [[1.0, 0.5, 0.0], [0.0, 1.0]], ["a", "b"])
     assert quality["critic_pick"] == pytest.approx((1.0 + 0.0) / 2)
     assert quality["random_pick"] == pytest.approx((0.5 + 0.5) / 2)
@@ -1549,9 +1551,9 @@ def test_critic_max_length_drops_the_oldest_exchanges_and_keeps_the_problem_and_
     turns = ["first question?", "second question?", "I WANT TO ANSWER: def tip(bill): return 1"]
     trajectory = scored(TIP_TASK, 0, turns, 0.0, human="It is 18 percent.")
     dialogue = trajectory["dialogue_history"]
-    full_ids, full_spans, dropped, note = advantage.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, 10_000)
+    full_ids, full_spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, 10_000)
     assert (len(full_spans), dropped, note) == (3, 0, "")
-    ids, spans, dropped, note = advantage.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, len(full_ids) - 5)
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, len(full_ids) - 5)
     assert (len(spans), dropped, note) == (2, 1, "dropped the oldest 1 agent turn(s)")
     assert tokenizer.decode(ids[spans[0][0]:spans[0][1]]) == "second question?<|im_end|>"
     kept = tokenizer.decode(ids)
@@ -1559,7 +1561,7 @@ def test_critic_max_length_drops_the_oldest_exchanges_and_keeps_the_problem_and_
     assert TIP_TASK["problem_description"] in kept and TIP_TASK["ground_truth"].strip() in kept
     assert "first question?" not in kept and kept.count("It is 18 percent.") == 1
     assert kept.index(TIP_TASK["problem_description"]) < kept.index("second question?")
-    ids, spans, dropped, note = advantage.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, 10)
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 3, True, 10)
     assert (len(spans), dropped) == (1, 2)
     assert note == f"dropped the oldest 2 agent turn(s), still {len(ids)} tokens, kept whole"
     kept = tokenizer.decode(ids)
@@ -1621,15 +1623,15 @@ def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model)
     assert metrics["eval_pairs"] + metrics["train_pairs"] == 6 and "pair_accuracy" in metrics["after"]
     assert set(read_jsonl(out / "advantages.jsonl")[0]) == {"task_id", "sample_idx", "turn", "advantage", "reward"}
     assert set(read_jsonl(out / "log.jsonl")[0]) >= {"step", "loss", "pair_accuracy", "margin", "tokens_per_s"}
-    loaded = advantage.load_critic(str(out))
+    loaded = critic.load_critic(str(out))
     assert loaded.use_solution and loaded.normalize
-    assert len(advantage.score_candidates(loaded, official[0]["task"], HISTORY, 10, CANDIDATES[:2])) == 2
+    assert len(critic.score_candidates(loaded, official[0]["task"], HISTORY, 10, CANDIDATES[:2])) == 2
 
     ablation = run_script("critic.py", data, "--model", tiny_model, "--out", str(tmp_path / "ablation"),
                           "--epochs", "1", "--no-solution", "--no-normalize", "--gradient-checkpointing",
                           "--max-length", "60")
     assert "warning:" in ablation.stdout and "--max-length 60" in ablation.stdout
-    loaded = advantage.load_critic(str(tmp_path / "ablation"))
+    loaded = critic.load_critic(str(tmp_path / "ablation"))
     assert not loaded.use_solution and not loaded.normalize
 
 
@@ -1653,7 +1655,7 @@ def test_a_critic_folder_is_whole_or_absent_when_saving_fails_midway(tmp_path, t
 def test_a_trainer_killed_midway_leaves_no_output_folder(tmp_path, scored_file, tiny_model):
     out = tmp_path / "warm"
     log = tmp_path / "warm.partial" / "log.jsonl"
-    trainer = subprocess.Popen([sys.executable, "-m", "colbench.baselines", scored_file, "--method", "sft",
+    trainer = subprocess.Popen([sys.executable, "-m", "harness.baselines", scored_file, "--method", "sft",
                                 "--model", tiny_model, "--epochs", "1000", "--batch-size", "1", "--out", str(out)],
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -1733,7 +1735,7 @@ def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
             "ground_truth": "<html><body><h1>Fresh bread</h1><p>Open daily.</p></body></html>"}
     turns = ["What colours do you like?", "I WANT TO ANSWER: <html><body><h1>Bread</h1></body></html>"]
     trajectory = scored(page, 0, turns, 0.6)
-    ids, spans, dropped, note = advantage.fit_to_length(tokenizer, page, trajectory["dialogue_history"], 3, True,
+    ids, spans, dropped, note = critic.fit_to_length(tokenizer, page, trajectory["dialogue_history"], 3, True,
                                                         10_000)
     assert "<h1>Fresh bread</h1>" in tokenizer.decode(ids[:spans[0][0]]) and (len(spans), dropped, note) == (2, 0, "")
     assert tokenizer.decode(ids[spans[1][0]:spans[1][1]]).startswith("I WANT TO ANSWER: <html>")
@@ -1771,12 +1773,13 @@ def critic_dir(tmp_path_factory, scored_file, tiny_model):
 def test_policy_dpo_loss_is_log_2_at_initialization_and_matches_a_hand_computed_value():
     from policy import dpo_nll_loss
     logps = torch.tensor([-12.0, -3.5])
-    losses, chosen_rewards, rejected_rewards = dpo_nll_loss(logps, logps - 1, logps, logps - 1, torch.zeros(2), 0.1, 0.01)
+    losses, chosen_rewards, rejected_rewards = dpo_nll_loss(logps, logps - 1, logps, logps - 1, torch.ones(2), 0.1, 0.0)
     assert losses.tolist() == pytest.approx([math.log(2)] * 2, abs=1e-7)
     assert chosen_rewards.tolist() == [0.0, 0.0] and rejected_rewards.tolist() == [0.0, 0.0]
-    # beta (-1 - -2) = 0.1, beta (-3 - -2) = -0.1: -log sigmoid(0.2) = log(1 + e^-0.2) = 0.5981389; + 0.01 * 1.5
+    # beta (-3 - -4) = 0.1, beta (-5 - -4) = -0.1: -log sigmoid(0.2) = log(1 + e^-0.2) = 0.5981389; the NLL of a
+    # chosen reply of 2 tokens whose log-prob is -3: 1.5 a token, weighed 0.01
     loss, chosen_rewards, rejected_rewards = dpo_nll_loss(
-        torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.0]), torch.tensor([1.5]),
+        torch.tensor([-3.0]), torch.tensor([-5.0]), torch.tensor([-4.0]), torch.tensor([-4.0]), torch.tensor([2.0]),
         0.1, 0.01)
     assert loss.item() == pytest.approx(0.5981389 + 0.015, abs=1e-6)
     assert chosen_rewards.item() == pytest.approx(0.1) and rejected_rewards.item() == pytest.approx(-0.1)
@@ -1812,27 +1815,25 @@ def test_policy_pairs_follow_the_critic_alone_under_the_prompt_the_agent_saw():
 
 
 def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model, tmp_path):
-    from colbench.training import reference_logps, tokenize_completion
-    from policy import train
+    from policy import reference_logps, tokenize_completion, train
     model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
     prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "I want a tip calculator."}]
     pairs = [{"chosen": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": chosen}]),
               "rejected": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": rejected}])}
              for chosen, rejected in [("What percent is the tip?", "def tip(bill): return bill"),
                                       ("Round to 2 decimal places?", "I WANT TO ANSWER: def f(x): return 1")]]
-    reference_logps(model, pairs)
-    history = train(model, pairs, random.Random(0), str(tmp_path / "log.jsonl"), torch.float32, epochs=6,
-                    batch_size=2, lr=1e-3, lr_schedule="constant", beta=0.1, nll_coef=0.01, share_prompt=True)
+    reference = reference_logps(model, pairs, torch.float32)
+    with open(tmp_path / "log.jsonl", "w") as log:
+        history = train(model, pairs, reference, random.Random(0), log, torch.float32, epochs=6, batch_size=2,
+                        lr=1e-3, lr_schedule="constant", beta=0.1, nll_coef=0.01, fast=True)
     assert len(history) == 6 and len(read_jsonl(tmp_path / "log.jsonl")) == 6
     assert abs(history[0]["margin"]) < 1e-6  # policy == reference at the first step
     assert history[-1]["margin"] > history[0]["margin"] + 0.05 and history[-1]["accuracy"] == 1.0
     assert set(history[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps", "tokens_per_s"}
 
 
-def test_policy_batch_gives_the_same_gradient_with_a_turn_state_s_pairs_in_one_pass_or_one_each(tiny_model,
-                                                                                                  monkeypatch):
-    from colbench.training import PER_PASS, prompt_groups, reference_logps, tokenize_completion
-    from policy import train
+def test_policy_batch_gives_the_same_gradient_the_plain_way_and_the_fast_way(tiny_model, monkeypatch):
+    from policy import PER_PASS, pair_prompt, prompt_groups, reference_logps, tokenize_completion, train
     _, tokenizer = load_model(tiny_model, device="cpu")
     prompts = [[{"role": "system", "content": "Ask first."}, {"role": "user", "content": problem}]
                for problem in ("A tip calculator.", "Pay for a shift.")]
@@ -1840,30 +1841,32 @@ def test_policy_batch_gives_the_same_gradient_with_a_turn_state_s_pairs_in_one_p
     pairs = [{side: tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": reply}])
               for side, reply in (("chosen", chosen), ("rejected", rejected))}
              for prompt in prompts for chosen, rejected in (replies[0:3:2], replies[1:4:2])]
-    assert [len(group) for group in prompt_groups(pairs)] == [2, 2]
-    assert [len(group) for group in prompt_groups(pairs * 3)] == [PER_PASS, 2, PER_PASS, 2]
-    assert prompt_groups(pairs, share_prompt=False) == [[pair] for pair in pairs]
-    gradients = {}
-    for share_prompt in (True, False):
+    assert prompt_groups(range(4), lambda i: pair_prompt(pairs[i])) == [[0, 1], [2, 3]]  # a turn state's pairs
+    assert [len(group) for group in prompt_groups(range(12), lambda i: pair_prompt(pairs[i % 4]))] == [PER_PASS, 2,
+                                                                                                       PER_PASS, 2]
+    gradients, references = {}, {}
+    for fast in (True, False):
         model, _ = load_model(tiny_model, trainable=True, device="cpu")
-        seen = gradients.setdefault(share_prompt, [])  # the batch's gradient, before clipping and the step
+        seen = gradients.setdefault(fast, [])  # the batch's gradient, before clipping and the step
         monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
                             lambda parameters, _: seen.extend(p.grad.clone() for p in parameters))
-        reference_logps(model, pairs, share_prompt=share_prompt)
-        train(model, pairs, random.Random(0), None, torch.float32, epochs=1, batch_size=4, lr=1e-3,
-              lr_schedule="constant", beta=0.1, nll_coef=1.0, share_prompt=share_prompt)
+        references[fast] = reference_logps(model, pairs, torch.float32, fast)
+        with open(os.devnull, "w") as log:
+            train(model, pairs, references[fast], random.Random(0), log, torch.float32, epochs=1, batch_size=4,
+                  lr=1e-3, lr_schedule="constant", beta=0.1, nll_coef=1.0, fast=fast)
+    assert references[True].shape == (4, 2) and torch.allclose(references[True], references[False], atol=1e-4)
     assert len(gradients[True]) == len(gradients[False]) > 0
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(gradients[True], gradients[False]))
 
 
 def test_policy_shared_prompt_logps_and_gradients_equal_full_sequence_ones(tiny_model):
-    from colbench.training import completion_logps, tokenize_completion
+    from policy import completion_logps, tokenize_completion
     model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
     prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "A tip calculator."},
               {"role": "assistant", "content": "What percent?"}, {"role": "user", "content": "18 percent."}]
     sequences = [tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": reply}])
                  for reply in ("Round to cents?", "I WANT TO ANSWER: def tip(bill): return bill * 0.18")]
-    shared, counts, _ = completion_logps(model, sequences)
+    shared, counts = completion_logps(model, sequences)
     shared.sum().backward()
     shared_grad = model.lm_head.weight.grad.clone()
     model.zero_grad()
@@ -1906,7 +1909,7 @@ def test_policy_sweet_end_to_end_writes_trl_pairs_and_a_checkpoint_rollout_runs(
 
 
 def test_policy_scores_each_rollout_turn_under_the_prompt_the_agent_saw(tmp_path, tiny_model):
-    from colbench.baselines import trajectory_sequence
+    from harness.baselines import trajectory_sequence
     out = tmp_path / "traj.jsonl"
     run_script("rollout.py", write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK]), "--agent", tiny_model, "--samples", "2",
                "--max-turns", "2", "--max-new-tokens", "4", "--out", str(out))
@@ -1940,7 +1943,7 @@ def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_f
 @pytest.mark.parametrize("method, data_file", [("mt-dpo", "pairs.jsonl"), ("rft", "sft.jsonl")])
 def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, data_file):
     out = str(tmp_path / method)
-    result = run_script("-m", "colbench.baselines", scored_file, "--method", method, "--model", tiny_model,
+    result = run_script("-m", "harness.baselines", scored_file, "--method", method, "--model", tiny_model,
                         "--out", out)
     assert "done:" in result.stdout
     rows = read_jsonl(f"{out}/{data_file}")
@@ -1954,7 +1957,7 @@ def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, 
 
 
 def test_policy_mt_dpo_pairs_by_the_pairing_rule_asked_for():
-    from colbench.baselines import mt_dpo_pairs
+    from harness.baselines import mt_dpo_pairs
     trajectories = [dict(t) for t in SCORED]  # rewards 1.0, 0.3, 0.0
     for pairing, expected in (("all", [(0, 1), (0, 2), (1, 2)]), ("official", [(0, 1), (0, 2)])):
         rows = mt_dpo_pairs(trajectories, 0.0, pairing)
@@ -2001,7 +2004,7 @@ def test_policy_controls_rank_the_same_candidates_at_random_or_by_another_critic
 
 def test_policy_says_why_when_there_is_nothing_to_train_on(tmp_path, tiny_model):
     failed = write_jsonl(tmp_path / "failed.scored.jsonl", SCORED[1:])
-    result = run_script("-m", "colbench.baselines", failed, "--method", "rft", "--model", tiny_model,
+    result = run_script("-m", "harness.baselines", failed, "--method", "rft", "--model", tiny_model,
                         "--out", str(tmp_path / "p"), check=False)
     assert result.returncode == 2 and "error: no successful trajectory" in result.stderr
     assert "Traceback" not in result.stderr
@@ -2159,7 +2162,7 @@ def test_frontend_simulator_answers_questions_with_the_reference_pages_values():
 
 
 def test_frontend_warm_start_asks_then_writes_a_compact_page_of_what_it_was_told():
-    from colbench.warmstart import frontend_dialogue
+    from harness.warmstart import frontend_dialogue
     record = frontend_dialogue(PAGE_TASK, 0, "ask twice", random.Random(0))
     turns = record["dialogue_history"]
     assert [t["role"] for t in turns] == ["user", "assistant", "user", "assistant", "user", "assistant"]
@@ -2360,7 +2363,7 @@ def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
     losses = [[row["loss"] for row in read_jsonl(tmp_path / name / "log.jsonl")] for name in ("one", "fsdp")]
     assert len(losses[1]) == len(losses[0]) >= 3 and losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-5)
     # The checkpoint holds the whole trained model: what policy.py --critic loads scores as the 1-process critic does.
-    loaded = advantage.load_critic(str(tmp_path / "fsdp"))
+    loaded = critic.load_critic(str(tmp_path / "fsdp"))
     with torch.no_grad():
         fsdp_logits = loaded.model(input_ids=torch.tensor([list(range(1, 60))])).logits
     assert torch.allclose(fsdp_logits, logits_of(str(tmp_path / "one")), atol=1e-4)
@@ -2370,8 +2373,8 @@ def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
 def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scored_file, critic_dir, tiny_model):
     common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
               "--batch-size", "3"]  # 3 pairs a step: one rank also runs a padding pass
-    run_script("-m", "colbench.baselines", *common, "--out", str(tmp_path / "one"))
-    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "colbench.baselines",
+    run_script("-m", "harness.baselines", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "harness.baselines",
                         *common, "--out", str(tmp_path / "two"))
     assert result.stdout.count("done:") == 1  # rank 0 alone prints
     logs = [read_jsonl(tmp_path / name / "log.jsonl") for name in ("one", "two")]
@@ -2389,8 +2392,8 @@ def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scor
 def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_model(tmp_path, scored_file, tiny_model):
     common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
               "--batch-size", "3", "--dtype", "fp32"]  # 3 pairs a step: one rank also runs a padding pass
-    run_script("-m", "colbench.baselines", *common, "--out", str(tmp_path / "one"))
-    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "colbench.baselines",
+    run_script("-m", "harness.baselines", *common, "--out", str(tmp_path / "one"))
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "harness.baselines",
                         *common, "--fsdp", "--gradient-checkpointing", "--out", str(tmp_path / "fsdp"))
     assert result.stdout.count("done:") == 1
     assert sorted(os.listdir(tmp_path / "fsdp")) == sorted(os.listdir(tmp_path / "one"))
@@ -2403,10 +2406,10 @@ def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
     assert not torch.allclose(fsdp_logits, logits_of(tiny_model), atol=1e-2)
 
 
-# ======================== 9. colbench/report.py and colbench/demo.py: the HTML page and the table of a run
+# ======================== 9. harness/report.py and harness/demo.py: the HTML page and the table of a run
 
 def test_report_shades_turns_by_advantage_and_plots_the_logs(tmp_path):
-    from colbench.report import write_report
+    from harness.report import write_report
     dialogue = [{"role": "user", "content": "a <b>vague</b> request"}, {"role": "assistant", "content": "question 1"},
                 {"role": "user", "content": "answer"}, {"role": "assistant", "content": "final code"}]
     trajectory = {"task_id": "t", "sample_idx": 0, "task": TIP_TASK, "dialogue_history": dialogue, "answer": "x",
@@ -2424,10 +2427,10 @@ def test_report_shades_turns_by_advantage_and_plots_the_logs(tmp_path):
     assert "critic: epoch" not in page and "reward 0.50" in page
 
 
-# --- colbench/demo.py: the closing table, read back from a run folder
+# --- harness/demo.py: the closing table, read back from a run folder
 
 def test_demo_table_pairs_agents_and_critics_on_the_same_dialogues_and_pairs(tmp_path):
-    from colbench.demo import Run, agents_table, critics_table, table
+    from harness.demo import Run, agents_table, critics_table, table
     run = Run(str(tmp_path))
     tasks = [dict(TIP_TASK, task_id=f"t{i}", family="seen" if i < 2 else "new") for i in range(4)]
     write_jsonl(tmp_path / "warm_tasks.jsonl", [dict(TIP_TASK, task_id="w", family="seen")])
@@ -2485,7 +2488,7 @@ def test_demo_table_pairs_agents_and_critics_on_the_same_dialogues_and_pairs(tmp
 
 
 def test_demo_keeps_warm_start_rl_validation_and_test_tasks_apart(tmp_path):
-    from colbench.demo import SETTINGS, Run, split_tasks
+    from harness.demo import SETTINGS, Run, split_tasks
     run = Run(str(tmp_path))
     split_tasks(run, SETTINGS, "backend")
     files = {name: load_tasks(str(tmp_path / f"{name}_tasks.jsonl")) for name in ("warm", "valid", "train", "test")}
@@ -2497,8 +2500,49 @@ def test_demo_keeps_warm_start_rl_validation_and_test_tasks_apart(tmp_path):
     assert all(t["tier"] == "easy" for tasks in files.values() for t in tasks)
 
 
+@pytest.mark.parametrize("settings_name", ["SETTINGS", "FRONTEND"])
+def test_demo_passes_a_stage_only_what_differs_from_its_defaults_and_the_stage_runs_the_settings(tmp_path,
+                                                                                                 settings_name):
+    from harness import demo
+    s = getattr(demo, settings_name)
+    commands = []
+
+    class Recording(demo.Run):  # records each stage's command instead of running it
+        def stage(self, name, *command, done_when):
+            commands.append(command[1:] if command[0] == "-m" else command)
+
+    run = Recording(str(tmp_path))
+    demo.shared_steps(run, s, list(demo.CRITICS), kind="frontend" if settings_name == "FRONTEND" else "backend")
+    for agent in ["sweet", *demo.BASELINES]:
+        demo.train_agent(run, s, agent, str(tmp_path / agent), s["demo_fraction"], critic="random")
+    demo.play(run, s, "sweet", "policy", "tasks.jsonl", s["test_samples"], "test_sweet")
+    # What each stage runs, read back by its own parser, with the demo's settings (the script's key -> SETTINGS')
+    expected = {"rollout.py": {"max_turns": "max_turns", "temperature": "temperature", "max_new_tokens":
+                               "max_new_tokens", "batch_size": "batch_size"},
+                "critic.py": {"epochs": "critic_epochs", "lr": "critic_lr", "trajectory_score": "trajectory_score",
+                              "max_length": "critic_max_length"},
+                "policy.py": {"candidates": "candidates", "pairs_per_turn": "pairs_per_turn", "lr": "policy_lr",
+                              "beta": "beta", "nll_coef": "nll_coef", "temperature": "temperature",
+                              "max_new_tokens": "max_new_tokens", "data_fraction": "demo_fraction"},
+                "harness.baselines": {"lr": "policy_lr", "beta": "beta", "nll_coef": "nll_coef"}}
+    checked = Counter()
+    for command in commands:
+        script = command[0]
+        if script not in expected or "sft" in command:
+            continue
+        parser = demo.PARSERS[script]
+        arguments, defaults = vars(parser.parse_args(command[1:])), {a.dest: a.default for a in parser._actions}
+        for key, setting in expected[script].items():
+            assert arguments[key] == s[setting], (script, key)
+        passed = {a.dest for a in parser._actions if any(option in command for option in a.option_strings)}
+        assert all(arguments[key] != defaults[key] for key in passed - {"out", "model", "critic", "method"}), command
+        checked[script] += 1
+    assert checked["critic.py"] == 3 and checked["policy.py"] == 1 and checked["harness.baselines"] == 2
+    assert checked["rollout.py"] == 2
+
+
 def test_frontend_run_keeps_warm_start_rl_and_test_pages_apart(tmp_path):
-    from colbench.demo import FRONTEND, Run, split_tasks
+    from harness.demo import FRONTEND, Run, split_tasks
     split_tasks(Run(str(tmp_path)), FRONTEND, "frontend")
     files = {name: load_tasks(str(tmp_path / f"{name}_tasks.jsonl")) for name in ("warm", "train", "test")}
     pages = {name: {t["ground_truth"] for t in tasks} for name, tasks in files.items()}
@@ -2512,12 +2556,12 @@ def test_frontend_run_keeps_warm_start_rl_and_test_pages_apart(tmp_path):
 @pytest.mark.parametrize("document, at_least", [("README.md", 8), ("docs/DEPARTURES.md", 20)])
 def test_docs_point_at_the_definitions_they_name(document, at_least):
     text = open(os.path.join(ROOT, document)).read()
-    entries = re.findall(r"`([\w/]+\.py):(\d+)` `(\w+)`", text)
+    entries = re.findall(r"`([\w/]+\.py)` `(\w+)`", text)
     assert len(entries) >= at_least
-    for path, line, name in entries:
+    for path, name in entries:
         with open(os.path.join(ROOT, path)) as f:
-            definition = rf"(def|class) {name}\b|{name} = "  # a function, a class, or a constant (demo SETTINGS)
-            assert re.match(definition, f.read().split("\n")[int(line) - 1]), f"{path}:{line} {name}"
+            definition = rf"^(def|class) {name}\b|^{name} = "  # a function, a class, or a constant (demo SETTINGS)
+            assert re.search(definition, f.read(), re.MULTILINE), f"{path} {name}"
 
 
 class ScriptedServer(http.server.BaseHTTPRequestHandler):

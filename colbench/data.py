@@ -232,7 +232,7 @@ def succeeded(trajectory):
 
 def task_subset(trajectories, fraction, rng):
     """The trajectories of a random `fraction` of their tasks (one task at least), in file order. A subset
-    by task keeps each task's trajectories together, as colbench/baselines.py's pairs need them."""
+    by task keeps each task's trajectories together, as harness/baselines.py's pairs need them."""
     if fraction >= 1.0:
         return trajectories
     tasks = sorted({t["task_id"] for t in trajectories}, key=str)
@@ -247,41 +247,3 @@ def trajectory_subset(trajectories, fraction, rng):
         return trajectories
     kept = set(rng.sample(range(len(trajectories)), max(1, round(fraction * len(trajectories)))))
     return [t for i, t in enumerate(trajectories) if i in kept]
-
-
-PAIRINGS = ("all", "official")  # the rules of preference_pairs
-OFFICIAL_FRONTEND_GAP = 0.1  # the official frontend scripts skip pairs whose CLIP rewards are closer
-
-
-def preference_pairs(trajectories, min_reward_gap, pairing="all"):
-    """Eq. 2's pairs [(chosen, rejected)]: trajectories of the same task whose rewards differ by at least
-    `min_reward_gap` (and differ at all), chosen = higher reward. Ordered by task, then sample_idx. The
-    critic trains on them; Multi-Turn DPO (colbench/baselines.py) too.
-
-    pairing 'all' (the default): every two trajectories of a task whose rewards differ; k samples of
-    a task give up to k(k-1)/2 pairs, failed tasks included (a partial pass beats a total failure).
-    pairing 'official', the official sweet_rl scripts' rule: a backend task gives pairs only when one
-    of its trajectories succeeded, and then only its best one (the lowest sample_idx among equals)
-    against each worse one, k - 1 pairs at most; frontend pairs are 'all' pairs whose rewards differ
-    by at least 0.1."""
-    by_task = {}
-    for trajectory in trajectories:
-        by_task.setdefault(trajectory["task_id"], []).append(trajectory)
-    pairs = []
-    for group in by_task.values():
-        group = sorted(group, key=lambda t: t["sample_idx"])
-        smallest_gap = min_reward_gap
-        if pairing == "official" and task_kind(group[0]["task"]) == "backend":
-            if not any(succeeded(t) for t in group):
-                continue
-            best = max(group, key=lambda t: float(t["reward"]))  # max keeps the first of equals
-            candidates = [(best, other) for other in group if other is not best]
-        else:
-            if pairing == "official":
-                smallest_gap = max(min_reward_gap, OFFICIAL_FRONTEND_GAP)
-            candidates = [(first, second) for i, first in enumerate(group) for second in group[i + 1:]]
-        for first, second in candidates:
-            gap = float(first["reward"]) - float(second["reward"])
-            if gap != 0 and abs(gap) >= smallest_gap:
-                pairs.append((first, second) if gap > 0 else (second, first))
-    return pairs

@@ -1,10 +1,11 @@
-"""torchrun in one place, so that critic.py and policy.py read as one process and scale with a few marked lines.
+"""torchrun in one place, so that the stages read as one process and scale with a few marked lines.
 
     torchrun --nproc_per_node=N critic.py SCORED.jsonl          # N processes: gloo on CPU, nccl on CUDA
     torchrun --nproc_per_node=N critic.py SCORED.jsonl --fsdp   # parameters sharded across them (FSDP2)
 
-A plain `python critic.py ...` is process 0 of 1: `share` then yields every item with weight 1, `gather`
-returns its list, `wrap` returns the model, and nothing communicates. The stages never see a rank.
+A plain `python critic.py ...` is process 0 of 1: `share` then yields every item with weight 1, `backward` is
+`loss.backward()`, `gather` returns its list, `wrap` returns the model, and nothing communicates. The stages
+never see a rank, and no weight enters a loss.
 """
 import atexit
 import contextlib
@@ -69,6 +70,13 @@ def share(items, model=None):
             yield item, weight
 
 
+def backward(loss, weight):
+    """loss.backward() of one of `share`'s passes: a padding pass (weight 0) adds nothing to the gradients;
+    a real one counts as many times as there are processes, since DDP and FSDP average the gradients over
+    them, so that the gradient is the one process's sum over the whole batch."""
+    (loss * weight).backward()
+
+
 def to_cpu(value):
     """Tensors, also inside tuples, lists and dicts, moved to the CPU."""
     if isinstance(value, torch.Tensor):
@@ -114,9 +122,15 @@ def wrap(model, fsdp=False, dtype=torch.float32):
     return fully_shard(model, mp_policy=precision, reshard_after_forward=True)
 
 
-def full_state_dict(model):
-    """The whole model's weights for save_pretrained. FSDP: every process must call this (it gathers the
-    shards); the first gets them on the CPU, the others an empty dict."""
+def save_checkpoint(folder, model, tokenizer):
+    """The whole model and its tokenizer saved into `folder` as a Hugging Face checkpoint. Every process
+    calls this (under FSDP each sends its shards, gathered on the CPU); only the first writes, and gets True."""
     if isinstance(model, FSDPModule):
-        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return model.state_dict()
+        weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    else:
+        weights = model.state_dict()
+    if not is_main():
+        return False
+    model.save_pretrained(folder, state_dict=weights)
+    tokenizer.save_pretrained(folder)
+    return True

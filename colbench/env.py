@@ -14,7 +14,7 @@ from colbench.models import plain_messages
 
 ANSWER_MARKER = "I WANT TO ANSWER:"
 
-# The agent's system prompt, one per task kind. The critic (colbench/advantage.py) shows it to its model too.
+# The agent's system prompt, one per task kind. The critic (critic.py) shows it to its model too.
 SYSTEM_PROMPTS = {
     "backend": (
         "You are helping a person write one Python function. Their request is vague: the exact "
@@ -53,7 +53,7 @@ def turn_budget(trajectory):
 
 def turn_states(trajectories):
     """(trajectory, agent turn number, history) for every agent turn that answers a user turn; history is
-    the dialogue before that turn (policy.py samples and ranks replies there, so does colbench/judge.py)."""
+    the dialogue before that turn (policy.py samples and ranks replies there, so does harness/judge.py)."""
     states = []
     for trajectory in trajectories:
         dialogue = plain_messages(trajectory["dialogue_history"])

@@ -1,26 +1,17 @@
-"""Token log-probs the fast way: the same numbers as models.sequence_logps (the plain way), in less time
-and memory. test_all.py holds each equal to the plain way.
+"""Token log-probs the fast way: the same numbers as critic.py's sequence_logps (the plain way), in less
+time and memory. critic.py switches it in (`logps_of`); test_all.py holds it equal to the plain way.
 
 shared_prefix_logps  sequences that begin alike (a task's trajectories, a state's candidate replies, a
                      prompt's completions): their common beginning encoded once, its KV cache serving each
 encode_prefix        that beginning's KV cache, continuing the one encoded last where it extends it
 TargetLogSoftmax     log_softmax(logits)[target] a few positions at a time, its gradient written out, so
                      that no fp32 copy of the [batch, seq, vocab] logits is kept for the backward pass
-shares_prefix        whether training may take the shared-prefix path (not under FSDP or checkpointing)
 """
 import copy
 
 import torch
 
 from colbench.models import padded_batch
-
-
-def shares_prefix(fsdp, gradient_checkpointing):
-    """Whether training may run `shared_prefix_logps` (sequences that continue one KV cache of their
-    common beginning). Not under `fsdp` or `gradient_checkpointing`: neither can backpropagate into a
-    cache an earlier forward pass made (FSDP frees each layer's gathered weights after its forward;
-    checkpointing recomputes layers without the cache)."""
-    return not (fsdp or gradient_checkpointing)
 
 
 def shared_prefix_logps(model, sequences, scored_from, memory=None):
@@ -45,7 +36,7 @@ def encode_prefix(model, prefix, memory=None):
     """The KV cache of the id list `prefix`. Its own logits are never used: logits_to_keep=1 spares its LM
     head. `memory`, a dict the caller keeps (no gradients: scoring only), holds the prefix encoded last and
     its cache; a prefix that extends it continues that cache, so that the next turn state of a dialogue
-    encodes only what the turn added (colbench/advantage.py score_candidates). The memory then holds this
+    encodes only what the turn added (critic.py score_candidates). The memory then holds this
     prefix, and the caller gets a copy of its cache to grow."""
     device = next(model.parameters()).device
     cache, start = None, 0

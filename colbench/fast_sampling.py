@@ -14,7 +14,7 @@ from transformers.cache_utils import DynamicLayer
 
 def keep_freed_memory(keep=True):
     """glibc gives every freed block over 32 MB (logits, KV caches) back to the system and maps the next
-    one anew, each of its pages faulted in and zeroed (colbench/bench.py keep_freed_memory: sampling 1.2x faster
+    one anew, each of its pages faulted in and zeroed (harness/bench.py keep_freed_memory: sampling 1.2x faster
     without that). With keep, freed memory stays in the process for the next block (mallopt: M_MMAP_MAX
     0, M_TRIM_THRESHOLD 2 GiB); the peak grows a little (+0.1 GB for critic_peak_gb). keep=False restores
     glibc's defaults. No effect where the C library is not glibc."""
@@ -33,7 +33,7 @@ def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, eos_t
     each); their KV cache is then copied to every row. In the sampling loop a row that ends its reply
     leaves the batch, its cached keys and values with it, so only unfinished replies cost compute; each
     step writes its keys and values into room reserved for them (ReservedLayer; in_place=False appends
-    them with torch.cat, as transformers does, for colbench/bench.py to compare).
+    them with torch.cat, as transformers does, for harness/bench.py to compare).
     Greedy decoding gives sample_plain's tokens (up to float rounding); sampling draws from the same
     distribution with its own random stream. The model's generation_config is not read."""
     device = next(model.parameters()).device

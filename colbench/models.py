@@ -1,10 +1,10 @@
 """Language models, the plain way: the embedded default, any Hugging Face causal LM, and OpenAI-compatible servers.
 
 One definition each of: where the embedded model lives, how a model is loaded, how messages
-become a prompt (the tokenizer's own chat template), how token log-probs are computed
-(`sequence_logps`), how a batch is sampled. Every stage imports these. The fast ways of the same
-numbers are named apart: colbench/fast_logps.py (a shared prefix encoded once) and
-colbench/fast_sampling.py (a batch that shrinks as replies end, which `generate` runs by default).
+become a prompt (the tokenizer's own chat template) and its tokens (the agent turns' spans located),
+how a batch is sampled. Every stage imports these. The log-probs of a sequence are critic.py's
+`sequence_logps`. Sampling the fast way is named apart: colbench/fast_sampling.py (a batch that
+shrinks as replies end, which `generate` runs by default).
 """
 import concurrent.futures
 import importlib.util
@@ -194,16 +194,6 @@ def padded_batch(sequences, device, cached=0):
     attention_mask = torch.tensor([[1] * (cached + len(ids)) + [0] * (longest - len(ids)) for ids in sequences],
                                   device=device)
     return input_ids, attention_mask
-
-
-def sequence_logps(model, sequences):
-    """Token log-probs of id lists, the plain way (the definition): pad, one forward pass, log-softmax
-    in fp32, each row cut to its own length. A [len - 1] tensor per sequence, entry i - 1 being
-    log p(token i | the tokens before it); a turn's log-prob is the sum over its span."""
-    input_ids, attention_mask = padded_batch(sequences, next(model.parameters()).device)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()  # [n, longest - 1, vocab]
-    logps = logits.log_softmax(-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # [n, longest - 1]
-    return [row[: len(ids) - 1] for row, ids in zip(logps, sequences)]
 
 
 # ---------------------------------------------------------------- chatting: one interface, two backends

@@ -24,6 +24,9 @@ Tiers (the `FAMILIES` registry at the bottom lists every family with its tier):
   hard    lists and dicts, sorting and tie-breaking, tuple order, several interacting rules
 Families marked test-only never appear in the train file, so the test set also measures
 generalization to new kinds of request. Shared families get different draws in the two files.
+
+A new family is appended to `FAMILIES`: the shipped lines stay as they are (same ids, same order, same
+content) and the new family's tasks come after them, with the next ids (see `generate`).
 """
 import argparse
 import os
@@ -1229,6 +1232,21 @@ FAMILIES = [
 ]
 
 
+# The families of the first release, in their registry order: their tasks are shuffled together, as in the shipped
+# files. Never edit this tuple (the shipped lines would change): a family added later goes into FAMILIES only, and
+# its tasks are appended after these (generate).
+FIRST_RELEASE = (
+    "tip", "delivery_charge", "weekly_pay", "calories_burned", "sale_price", "ticket_total", "rental_late_fee",
+    "league_points", "price_with_tax", "pizza_slices", "water_liters", "fuel_cost",
+    "shipping_cost", "letter_grade", "parking_fee", "library_fine", "password_strength", "income_tax",
+    "overtime_pay", "checkout_total", "normalize_username", "hot_days", "electricity_bill", "heart_rate_zone",
+    "loyalty_points", "format_phone", "mask_card", "sleep_report", "car_rental", "movie_ticket",
+    "format_duration", "scale_recipe", "longest_streak", "top_scorer", "restock_list", "score_summary",
+    "split_bill", "top_words", "payroll", "title_case", "format_money", "normalize_date", "budget_totals",
+    "sort_tasks",
+)
+
+
 # ---------------------------------------------------------------- generation
 
 def call(source, args):
@@ -1282,24 +1300,43 @@ def to_task(fam, variant):
             "hidden_facts": list(variant.facts)}
 
 
+def family_tasks(fam, seed=SEED):
+    """(train, test, valid): the task dicts of one family, drawn from its own generator; the validation tasks
+    are drawn after the others, so that adding them changed neither the train nor the test file."""
+    rng = random.Random(f"{seed}:{fam.name}")
+    n_train = 0 if fam.test_only else TRAIN_PER_FAMILY
+    n_test = TEST_PER_TEST_ONLY if fam.test_only else TEST_PER_SHARED
+    n_valid = 0 if fam.test_only else VALID_PER_SHARED
+    variants = draw_variants(fam, rng, n_train + n_test + n_valid, at_least=n_train + n_test)
+    return ([to_task(fam, v) for v in variants[:n_train]],
+            [to_task(fam, v) for v in variants[n_train:n_train + n_test]],
+            [to_task(fam, v) for v in variants[n_train + n_test:]])
+
+
 def generate(seed=SEED):
     """(train_tasks, test_tasks, valid_tasks), each a list of task dicts in the official backend schema. The
-    validation tasks are further draws of the training families, for choosing settings without the test
-    tasks; drawn after the others, so that adding them changed neither the train nor the test file."""
-    train, test, valid = [], [], []
-    for fam in FAMILIES:
-        rng = random.Random(f"{seed}:{fam.name}")
-        n_train = 0 if fam.test_only else TRAIN_PER_FAMILY
-        n_test = TEST_PER_TEST_ONLY if fam.test_only else TEST_PER_SHARED
-        n_valid = 0 if fam.test_only else VALID_PER_SHARED
-        variants = draw_variants(fam, rng, n_train + n_test + n_valid, at_least=n_train + n_test)
-        train += [to_task(fam, v) for v in variants[:n_train]]
-        test += [to_task(fam, v) for v in variants[n_train:n_train + n_test]]
-        valid += [to_task(fam, v) for v in variants[n_train + n_test:]]
+    validation tasks are further draws of the training families, for choosing settings without the test tasks.
+
+    The tasks of the FIRST_RELEASE families are shuffled together, one shuffle per file; the tasks of a family
+    added later come after them, a family at a time in the order of FAMILIES, each in its draw order, with the
+    next ids. So adding a family leaves every line before it as it was, and the demo's split of those lines
+    (every third easy training task, in file order) with it. Each family draws from its own generator, so its
+    tasks do not depend on the other families either."""
+    names = [fam.name for fam in FAMILIES]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # a family's draws are seeded with its name: two families of one name would draw the same tasks
+        raise ValueError(f"family names registered twice in FAMILIES: {twice}")
+    missing = [name for name in FIRST_RELEASE if name not in names]
+    if missing:
+        raise ValueError(f"FIRST_RELEASE families missing from FAMILIES (the shipped files need them): {missing}")
+    drawn = {fam.name: family_tasks(fam, seed) for fam in FAMILIES}
+    added = [name for name in names if name not in FIRST_RELEASE]
     order = random.Random(f"{seed}:order")
     splits = []
-    for split, tasks in (("train", train), ("test", test), ("valid", valid)):
+    for k, split in enumerate(("train", "test", "valid")):
+        tasks = [task for name in FIRST_RELEASE for task in drawn[name][k]]
         order.shuffle(tasks)
+        tasks += [task for name in added for task in drawn[name][k]]
         splits.append([{"task_id": f"backend-{split}-{i:04d}", **task} for i, task in enumerate(tasks, 1)])
     return splits
 

@@ -1,13 +1,13 @@
 """`make demo` and `make experiment`: the whole SWEET-RL chain on the embedded model, run as a user would.
 
-    python -m colbench.demo                 # the demo (runs/demo)
-    python -m colbench.demo --experiment    # the demo, then the baselines and the controls (runs/demo/experiment)
-    python -m colbench.demo --validate      # the settings' choice on validation tasks (runs/demo/validation)
-    python -m colbench.demo --frontend      # the chain on frontend tasks, scored offline (runs/frontend)
+    python -m harness.demo                 # the demo (runs/demo)
+    python -m harness.demo --experiment    # the demo, then the baselines and the controls (runs/demo/experiment)
+    python -m harness.demo --validate      # the settings' choice on validation tasks (runs/demo/validation)
+    python -m harness.demo --frontend      # the chain on frontend tasks, scored offline (runs/frontend)
 
 Every step is a stage script run as a subprocess, its command printed first. A step whose output exists is
 skipped, so a killed run picks up where it stopped, and the experiment after the demo runs only its own
-steps. The demo: a warm start (colbench/warmstart.py), offline data on training tasks, the critic with c
+steps. The demo: a warm start (harness/warmstart.py), offline data on training tasks, the critic with c
 and without it, SWEET-RL, and every agent on the held-out test tasks with the same seeds and sampling. The
 experiment adds Multi-Turn DPO, RFT, and SWEET-RL with its candidates ranked at random, by the critic
 without c and by the critic without normalization, all on the same offline data; and the critic as a
@@ -20,12 +20,16 @@ import subprocess
 import sys
 import time
 
+import critic as critic_stage
+import policy as policy_stage
+import rollout
 from colbench.cli import fraction
 from colbench.data import load_tasks, load_trajectories, write_jsonl
 from colbench.env import ANSWER_MARKER
 from colbench.frontend import task_outcomes
 from colbench.simulators import facts_told, hidden_facts
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
+from harness import baselines, judge
 
 # Sized for the embedded 135M model on 2 CPU cores: easy-tier tasks (one line of arithmetic with hidden
 # constants), three agent turns, short replies. β, λ, the policy's learning rate and the trajectory score
@@ -35,7 +39,7 @@ from colbench.stats import bootstrap_mean_ci, pair_outcomes
 SETTINGS = dict(
     warm_samples=2, rl_tasks=45, samples=5, test_samples=7, validation_samples=10,
     max_turns=3, max_new_tokens=64, temperature=0.7, warm_lr=1e-4,
-    critic_epochs=1, critic_lr=1e-4, trajectory_score="token-mean",
+    critic_epochs=1, critic_lr=1e-4, trajectory_score="token-mean", critic_max_length=1024,
     candidates=6, pairs_per_turn=2, policy_lr=1e-5, beta=0.1, nll_coef=1.0, lr_schedule="constant",
     demo_fraction=0.2,         # of the offline trajectories whose turn states SWEET-RL ranks: its time budget
     experiment_fraction=0.2,   # every trained agent of the experiment (--data-fraction)
@@ -60,6 +64,23 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, rl_tasks=30, samples=4, test_samples=3, max_new_tokens=384,
                 critic_max_length=2048, demo_fraction=0.25, candidates=4, batch_size=128,
                 policy_lr=2e-5)
+
+
+PARSERS = {"rollout.py": rollout.parser, "critic.py": critic_stage.parser, "policy.py": policy_stage.parser,
+           "harness.baselines": baselines.parser, "harness.judge": judge.parser}
+
+
+def differing(script, **settings):
+    """The flags of `settings` (option names, as `max_turns=3`) whose value differs from the default of
+    `script`: the demo passes a stage only what it does not already default to."""
+    defaults = {action.dest: action.default for action in PARSERS[script]._actions}
+    flags = []
+    for name, value in settings.items():
+        if name not in defaults:
+            raise KeyError(f"{script} has no option --{name.replace('_', '-')}")
+        if value != defaults[name]:
+            flags += ["--" + name.replace("_", "-"), str(value)]
+    return flags
 
 
 class Run:
@@ -109,20 +130,20 @@ def split_tasks(run, s, kind):
 
 def sampling(s):
     """How replies are sampled: in the rollouts, for policy.py's candidates and for the judge's."""
-    return ["--max-new-tokens", str(s["max_new_tokens"]), "--temperature", str(s["temperature"])]
+    return dict(max_new_tokens=s["max_new_tokens"], temperature=s["temperature"])
 
 
 def shared_steps(run, s, critics, kind="backend"):
     """The warm start, the offline data, and the critics: what every agent starts from."""
     split_tasks(run, s, kind)
-    run.stage("warm start data", "-m", "colbench.warmstart", run.path("warm_tasks.jsonl"), "--samples",
+    run.stage("warm start data", "-m", "harness.warmstart", run.path("warm_tasks.jsonl"), "--samples",
               str(s["warm_samples"]), "--max-turns", str(s["max_turns"]), "--out", run.path("warmstart.traj.jsonl"),
               done_when=run.path("warmstart.traj.jsonl"))
-    run.stage("warm start", "-m", "colbench.baselines", run.path("warmstart.traj.jsonl"), "--method", "sft",
+    run.stage("warm start", "-m", "harness.baselines", run.path("warmstart.traj.jsonl"), "--method", "sft",
               "--lr", str(s["warm_lr"]), "--out", run.path("warm"), done_when=run.path("warm"))
     run.stage("offline rollouts", "rollout.py", run.path("train_tasks.jsonl"), "--agent", run.path("warm"),
-              "--samples", str(s["samples"]), "--max-turns", str(s["max_turns"]), *sampling(s),
-              "--batch-size", str(s["batch_size"]),
+              *differing("rollout.py", samples=s["samples"], max_turns=s["max_turns"], **sampling(s),
+                         batch_size=s["batch_size"]),
               "--out", run.path("train.traj.jsonl"), done_when=run.path("train.scored.jsonl"))
     run.stage("offline scoring", "evaluate.py", run.path("train.traj.jsonl"), "--out", run.path("train.scored.jsonl"),
               "--summary-json", run.path("train.summary.json"), done_when=run.path("train.scored.jsonl"))
@@ -133,32 +154,31 @@ def shared_steps(run, s, critics, kind="backend"):
 def train_critic(run, s, name, folder, flags=()):
     """critic.py on the run's offline data, from the starting policy, half of the paired tasks held out."""
     run.stage(name, "critic.py", run.path("train.scored.jsonl"), "--model", run.path("warm"), "--out", folder,
-              "--epochs", str(s["critic_epochs"]), "--lr", str(s["critic_lr"]), "--trajectory-score",
-              s["trajectory_score"], "--eval-fraction", "0.5", "--max-length", str(s.get("critic_max_length", 1024)),
+              *differing("critic.py", epochs=s["critic_epochs"], lr=s["critic_lr"],
+                         trajectory_score=s["trajectory_score"], max_length=s["critic_max_length"]),
               *flags, done_when=folder)
 
 
 def train_agent(run, s, agent, folder, fraction, critic=None, sampled=None):
     """One trained agent from `run`'s starting policy: a baseline (baselines.py), or SWEET-RL (policy.py) with
     `critic` (a folder, or 'random') ranking the candidates, sampled here or taken from `sampled`."""
-    common = ["--model", run.path("warm"), "--data-fraction", str(fraction), "--lr", str(s["policy_lr"]),
-              "--beta", str(s["beta"]), "--nll-coef", str(s["nll_coef"]), "--lr-schedule", s["lr_schedule"],
-              "--out", folder]
+    common = dict(data_fraction=fraction, lr=s["policy_lr"], beta=s["beta"], nll_coef=s["nll_coef"],
+                  lr_schedule=s["lr_schedule"])
     if agent in BASELINES:
-        run.stage(agent, "-m", "colbench.baselines", run.path("train.scored.jsonl"), "--method", agent, *common,
-                  done_when=folder)
+        run.stage(agent, "-m", "harness.baselines", run.path("train.scored.jsonl"), "--method", agent, "--model",
+                  run.path("warm"), *differing("harness.baselines", **common), "--out", folder, done_when=folder)
         return
-    run.stage(agent, "policy.py", run.path("train.scored.jsonl"), "--critic", critic,
-              *(["--sampled", sampled] if sampled else []), "--candidates", str(s["candidates"]),
-              "--pairs-per-turn", str(s["pairs_per_turn"]), *sampling(s),
-              "--sample-batch-size", str(s["batch_size"]), *common, done_when=folder)
+    run.stage(agent, "policy.py", run.path("train.scored.jsonl"), "--critic", critic, "--model", run.path("warm"),
+              *(["--sampled", sampled] if sampled else []),
+              *differing("policy.py", candidates=s["candidates"], pairs_per_turn=s["pairs_per_turn"], **sampling(s),
+                         sample_batch_size=s["batch_size"], **common), "--out", folder, done_when=folder)
 
 
 def play(run, s, agent, policy, tasks, samples, name):
     """`policy` on the held-out `tasks`, scored: name.scored.jsonl and name.summary.json."""
-    run.stage(f"{name} rollouts", "rollout.py", tasks, "--agent", policy, "--samples", str(samples),
-              "--max-turns", str(s["max_turns"]), *sampling(s),
-              "--batch-size", str(s["batch_size"]), "--out", run.path(f"{name}.traj.jsonl"),
+    run.stage(f"{name} rollouts", "rollout.py", tasks, "--agent", policy,
+              *differing("rollout.py", samples=samples, max_turns=s["max_turns"], **sampling(s),
+                         batch_size=s["batch_size"]), "--out", run.path(f"{name}.traj.jsonl"),
               done_when=run.path(f"{name}.summary.json"))
     run.stage(f"{name} scoring", "evaluate.py", run.path(f"{name}.traj.jsonl"), "--out",
               run.path(f"{name}.scored.jsonl"), "--summary-json", run.path(f"{name}.summary.json"),
@@ -404,10 +424,11 @@ def experiment(run, s):
         tested = run if folder == run.path("policy_sweet") else exp
         play(tested, s, agent, folder, run.path("test_tasks.jsonl"), s["test_samples"], f"test_{agent}")
         agents[agent] = tested.path(f"test_{agent}.scored.jsonl")
-    exp.stage("judge", "-m", "colbench.judge", run.path("train.scored.jsonl"), "--model", run.path("warm"),
+    exp.stage("judge", "-m", "harness.judge", run.path("train.scored.jsonl"), "--model", run.path("warm"),
               "--critic", run.path("critic_with_c"), "--critic", run.path("critic_no_solution"),
-              "--out", exp.path("judge"), "--candidates", str(s["judge_candidates"]), *sampling(s),
-              "--sample-batch-size", str(s["batch_size"]), done_when=exp.path("judge", "judge.json"))
+              "--out", exp.path("judge"), *differing("harness.judge", candidates=s["judge_candidates"], **sampling(s),
+                                                     sample_batch_size=s["batch_size"]),
+              done_when=exp.path("judge", "judge.json"))
     results = agents_table(run, agents, run.path("test_tasks.jsonl"), "sweet")
     results.update(critics_table(run, list(CRITICS)), judge=json.load(open(exp.path("judge", "judge.json"))),
                    settings=s)
@@ -476,7 +497,7 @@ def frontend_run(run, s):
     agents = {"zero-shot": run.path("warm"), "sweet": run.path("policy_sweet")}
     for agent, policy in agents.items():
         play(run, s, agent, policy, run.path("test_tasks.jsonl"), s["test_samples"], f"test_{agent}")
-    run.stage("report", "-m", "colbench.report", run.path("test_sweet.scored.jsonl"), "--policy",
+    run.stage("report", "-m", "harness.report", run.path("test_sweet.scored.jsonl"), "--policy",
               run.path("policy_sweet"), "--max-dialogues", "6", "--screenshots", "2", "--out", run.path("report.html"),
               done_when=run.path("report.html"))
     scores = {agent: {(t["task_id"], t["sample_idx"]): t["reward"]

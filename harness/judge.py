@@ -1,12 +1,12 @@
 """The critic as a judge of final answers, checked where the tests can check it.
 
-    python -m colbench.judge runs/demo/train.scored.jsonl --model runs/demo/warm --out runs/demo/judge \
+    python -m harness.judge runs/demo/train.scored.jsonl --model runs/demo/warm --out runs/demo/judge \
         --critic runs/demo/critic_with_c --critic runs/demo/critic_no_solution
 
 At the turn states of the tasks the critics held out (their metrics.json names them), sample candidate
 replies from the policy and keep the final answers (the answer marker, or the last turn); evaluate.py runs
 their code against the tests. At each state whose answers the tests tell apart, each critic scores them as
-policy.py would (colbench/advantage.py score_candidates), and its top pick is compared with a random pick: the mean
+policy.py would (critic.py score_candidates), and its top pick is compared with a random pick: the mean
 difference in tests passed, with a 95% interval over tasks, and the rank correlation of score and tests.
 Writes candidates.traj.jsonl, candidates.scored.jsonl and judge.json to --out.
 """
@@ -19,12 +19,12 @@ import sys
 
 import torch
 
-from colbench.advantage import load_critic, score_candidates
 from colbench.cli import at_least, fail, non_negative_float, non_negative_int, positive_int, trajectories_or_fail
 from colbench.data import load_trajectories, write_jsonl
 from colbench.env import ANSWER_MARKER, agent_messages, extract_answer, turn_budget, turn_states
 from colbench.models import DTYPES, chat_text, compute_dtype, describe_dtype, load_model, sample_candidates
 from colbench.stats import bootstrap_mean_ci, spearman
+from critic import load_critic, score_candidates
 
 EVALUATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evaluate.py")  # run, not imported
 

@@ -1,8 +1,8 @@
 """Benchmarks: how much faster the project's stages run than the simple way of doing the same.
 
-    python -m colbench.bench           # prints each ratio, then one JSON line of all (also in runs/bench.json)
-    python -m colbench.bench --quick   # the smallest sizes: checks that every benchmark runs, numbers mean nothing
-    python -m colbench.bench --only critic_peak_gb --only critic_batching
+    python -m harness.bench           # prints each ratio, then one JSON line of all (also in runs/bench.json)
+    python -m harness.bench --quick   # the smallest sizes: checks that every benchmark runs, numbers mean nothing
+    python -m harness.bench --only critic_peak_gb --only critic_batching
 
 Benchmarks, not tests: they take minutes and their numbers depend on the machine. Each run prints the
 CPU model and the precision each path computes in (models.compute_dtype: bf16 only where the hardware
@@ -38,7 +38,7 @@ the bench installs it when missing (it builds llama.cpp: minutes).
 
 critic_batching: critic training tokens/s, one optimizer step per task, with a task's trajectories
 batched as critic.py trains (`task_logps` there: their shared beginning encoded once, its KV cache
-serving all of them) over one forward pass per trajectory (`colbench.models.sequence_logps`); same data, same
+serving all of them) over one forward pass per trajectory (critic.py `sequence_logps`); same data, same
 steps, same starting weights, the loss the mean margin of each task's pairs (as cheap as Eq. 2). Target: >= 1x.
 
 critic_peak_gb: peak resident memory (GB, 10^9 bytes) of critic.py training the embedded model on
@@ -50,7 +50,7 @@ history is ~1000 tokens, once with critic.py's shared-history KV cache and once 
 sequences (4 per forward pass: one pass is timed and counted 4 times); how many times faster the cache is.
 Target: >= 4x.
 
-dpo_vs_trl: one DPO + NLL epoch of the project's trainer (colbench/baselines.py's Multi-Turn DPO: the
+dpo_vs_trl: one DPO + NLL epoch of the project's trainer (harness/baselines.py's Multi-Turn DPO: the
 loss and loop of policy.py) against TRL's DPOTrainer on the same pairs, model, batch size and precision
 (bf16 autocast where native, else fp32), each with its π_ref log-probs computed once (TRL:
 precompute_ref_log_probs); TRL's time over ours. Target: >= 1x. TRL is needed only
@@ -77,11 +77,11 @@ import time
 import requests
 import torch
 
-from colbench.advantage import critic_messages
 from colbench.fast_logps import token_logps
 from colbench.fast_sampling import keep_freed_memory, sample_shrinking_batch
 from colbench.models import (EMBEDDED_GGUF, autocast, chat_text, compute_dtype, embedded_model_dir, load_model,
-                             sequence_logps, tokenize_turns)
+                             tokenize_turns)
+from critic import critic_messages, sequence_logps
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: the stage scripts run from it
 RATIOS = ("rollout_batching", "rollout_all_at_once", "sampling_in_place", "rollout_vs_llamacpp", "critic_batching",
@@ -216,7 +216,7 @@ def timed(function):
 
 
 def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
-    from colbench.advantage import Critic, score_candidates, turn_advantages
+    from critic import Critic, score_candidates, turn_advantages
     from colbench.data import load_tasks
     rng = random.Random(0)
     task = load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_train.jsonl"))[0]
@@ -260,8 +260,8 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "trl"], check=True)
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
-    from colbench import baselines
-    from colbench.training import reference_logps, tokenize_completion
+    from harness import baselines
+    from policy import reference_logps, tokenize_completion
     rng = random.Random(0)
     rows = []
     for _ in range(pairs):
@@ -279,9 +279,9 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
     def ours():
         examples = [{side: tokenize_completion(tokenizer, row["prompt"], row[side]) for side in ("chosen", "rejected")}
                     for row in rows]
-        reference_logps(model, examples, dtype)
+        reference = reference_logps(model, examples, dtype)
         with tempfile.TemporaryDirectory() as folder:
-            baselines.train(model, examples, baselines.mt_dpo_loss(beta, nll_coef, share_prompt=True), random.Random(0),
+            baselines.train(model, examples, reference, baselines.mt_dpo_loss(beta, nll_coef, fast=True), random.Random(0),
                             f"{folder}/log.jsonl", dtype, epochs=1, batch_size=batch_size, lr=lr,
                             lr_schedule="constant")
     ours_s = timed(ours)
@@ -488,7 +488,7 @@ def made_up_views(tokenizer, tasks, samples, turn_tokens, rng):
 def bench_critic_batching(tasks=5, samples=6, turn_tokens=60):
     """Critic training tokens/s: a task's trajectories through shared_prefix_logps (as critic.py's task_logps
     does) over one sequence_logps each."""
-    from colbench.advantage import turn_advantages
+    from critic import turn_advantages
     from colbench.data import load_tasks
     from colbench.fast_logps import shared_prefix_logps
     dtype, why = compute_dtype("auto")

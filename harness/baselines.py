@@ -1,13 +1,13 @@
 """The paper's baselines beside SWEET-RL, and the demo's warm start: training on whole trajectories.
 
-    python -m colbench.baselines runs/backend_train.scored.jsonl --method mt-dpo   # -> runs/backend_train.mt-dpo/
-    python -m colbench.baselines runs/backend_train.scored.jsonl --method rft      # -> runs/backend_train.rft/
+    python -m harness.baselines runs/backend_train.scored.jsonl --method mt-dpo   # -> runs/backend_train.mt-dpo/
+    python -m harness.baselines runs/backend_train.scored.jsonl --method rft      # -> runs/backend_train.rft/
 
 mt-dpo, Multi-Turn DPO: two trajectories of one task paired by reward (the critic's pairing rule,
-colbench/data.py preference_pairs), their log-probs summed over all agent turns, trained with DPO plus
-λ·NLL of the chosen one, as policy.py trains on replies (Eq. 4). rft, Rejection Fine-Tuning: the NLL of the
+critic.py preference_pairs), their log-probs summed over all agent turns, trained with policy.py's loss
+(Eq. 4: DPO plus λ·NLL of the chosen one) on whole dialogues instead of replies. rft, Rejection Fine-Tuning: the NLL of the
 agent turns of the successful trajectories. sft: the same on every trajectory, scored or not (the demo's
-warm start on scripted dialogues, colbench/warmstart.py). The agent turns are scored under the prompt the
+warm start on scripted dialogues, harness/warmstart.py). The agent turns are scored under the prompt the
 agent saw, with the turn budget each trajectory records. Writes the folder once whole: pairs.jsonl
 (mt-dpo, TRL's preference format) or sft.jsonl (TRL's prompt-completion format), args.json, log.jsonl and
 the checkpoint, which `rollout.py --agent` runs.
@@ -20,19 +20,17 @@ import random
 import time
 
 import torch
-import torch.nn.functional as F
 
 from colbench import distributed
 from colbench.cli import (fail, fraction, non_negative_float, non_negative_int, positive_float, positive_int,
                           trajectories_or_fail)
-from colbench.data import (PAIRINGS, default_output, finish_folder, partial_folder, preference_pairs, succeeded,
-                           task_subset, write_jsonl)
+from colbench.data import default_output, finish_folder, partial_folder, succeeded, task_subset, write_jsonl
 from colbench.env import agent_messages, turn_budget
-from colbench.fast_logps import shares_prefix
 from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype, load_model,
                              plain_messages)
-from colbench.training import (completion_logps, log_step, reference_logps, save_checkpoint, shuffled_batches,
-                               tokenize_completion)
+from critic import PAIRINGS, preference_pairs
+from policy import (completion_logps, dpo_nll_loss, log_step, reference_logps, shuffled_batches,
+                    tokenize_completion)
 
 METHODS = ("mt-dpo", "rft", "sft")
 
@@ -100,45 +98,36 @@ def trajectory_sequence(tokenizer, trajectory):
 
 # ---------------------------------------------------------------- the losses, and the loop they train in
 
-def dpo_loss(logps, reference_logps, counts, beta, nll_coef):
-    """Multi-Turn DPO's loss of a pair of trajectories, policy.py's Eq. 4 on whole dialogues:
-    −log σ(β[log π(τ⁺) − log π_ref(τ⁺)] − β[log π(τ⁻) − log π_ref(τ⁻)]) + λ · NLL(τ⁺). logps,
-    reference_logps: [2] (chosen, rejected), summed over the agent turns; counts: [2], their tokens (the
-    NLL is a mean over the chosen one's). Returns the loss and the two sides' rewards, [1] each."""
-    chosen_rewards = beta * (logps[:1] - reference_logps[:1])  # [1]
-    rejected_rewards = beta * (logps[1:] - reference_logps[1:])  # [1]
-    loss = (-F.logsigmoid(chosen_rewards - rejected_rewards) + nll_coef * (-logps[:1] / counts[:1])).mean()
-    return loss, chosen_rewards.detach(), rejected_rewards.detach()
-
-
-def mt_dpo_loss(beta, nll_coef, share_prompt):
-    """Multi-Turn DPO's `loss_of(model, pair)`: the pair's log-probs, then dpo_loss against π_ref."""
-    def loss_of(model, pair):
-        logps, counts, tokens = completion_logps(model, [pair["chosen"], pair["rejected"]], share_prompt)
-        reference = pair["reference_logps"].to(logps.device)  # [2]: chosen, rejected
-        loss, chosen, rejected = dpo_loss(logps, reference, counts, beta, nll_coef)
-        return loss, {"accuracy": float(chosen.item() > rejected.item()), "margin": (chosen - rejected).item(),
-                      "chosen_logps": logps[0].item(), "rejected_logps": logps[1].item()}, tokens
+def mt_dpo_loss(beta, nll_coef, fast):
+    """Multi-Turn DPO's `loss_of(model, index, pair)`: policy.py's Eq. 4 on a pair of whole trajectories,
+    their log-probs summed over all agent turns, against π_ref's (`reference`, [pairs, 2])."""
+    def loss_of(model, reference, index, pair):
+        logps, counts = completion_logps(model, [pair["chosen"], pair["rejected"]], fast)  # [2] each
+        ref = reference[index].to(logps.device)  # [2]: chosen, rejected
+        losses, chosen, rejected = dpo_nll_loss(logps[:1], logps[1:], ref[:1], ref[1:], counts[:1], beta, nll_coef)
+        return losses.mean(), {"accuracy": float(chosen.item() > rejected.item()), "margin": (chosen - rejected).item(),
+                               "chosen_logps": logps[0].item(), "rejected_logps": logps[1].item()}, counts.sum().item()
     return loss_of
 
 
-def nll_loss(share_prompt):
+def nll_loss(fast):
     """rft and sft: the NLL of a trajectory's agent turns, a mean over their tokens."""
-    def loss_of(model, example):
-        logps, counts, tokens = completion_logps(model, [example["completion"]], share_prompt)
+    def loss_of(model, reference, index, example):
+        logps, counts = completion_logps(model, [example["completion"]], fast)
         nll = -logps.sum() / counts.sum()
-        return nll, {"nll": nll.item()}, tokens
+        return nll, {"nll": nll.item()}, counts.sum().item()
     return loss_of
 
 
-def train_on_batch(model, optimizer, schedule, batch, loss_of, dtype):
-    """One optimizer step on a batch of examples, one per forward pass, their gradients added up:
-    `loss_of(model, example)` -> (loss, statistics, tokens). Returns this process's statistics."""
+def train_on_batch(model, optimizer, schedule, batch, examples, reference, loss_of, dtype):
+    """One optimizer step on a batch of example indices, one example per forward pass, their gradients
+    added up: `loss_of(model, reference, index, example)` -> (loss, statistics, tokens). Returns this
+    process's statistics."""
     measured, device = [], next(model.parameters()).device
-    for example, weight in distributed.share(batch, model):  # torchrun: this process's examples
+    for index, weight in distributed.share(batch, model):  # torchrun: this process's examples
         with autocast(device, dtype):
-            loss, statistics, tokens = loss_of(model, example)
-        (loss * weight / len(batch)).backward()  # the mean over the batch
+            loss, statistics, tokens = loss_of(model, reference, index, examples[index])
+        distributed.backward(loss / len(batch), weight)  # .backward() of the mean over the batch
         if weight:
             measured.append(dict(statistics, loss=loss.item(), tokens=tokens))
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -148,7 +137,7 @@ def train_on_batch(model, optimizer, schedule, batch, loss_of, dtype):
     return measured
 
 
-def train(model, examples, loss_of, rng, log_path, dtype, epochs, batch_size, lr, lr_schedule):
+def train(model, examples, reference, loss_of, rng, log_path, dtype, epochs, batch_size, lr, lr_schedule):
     """policy.py's loop with another loss: AdamW over shuffled batches of `batch_size` examples, a log
     line per step. `model` is as distributed.wrap returned it; log_path None: no log (a torchrun
     process but the first)."""
@@ -158,9 +147,9 @@ def train(model, examples, loss_of, rng, log_path, dtype, epochs, batch_size, lr
     with open(log_path or os.devnull, "w") as log:
         # Each example on its own in the shuffle: with a task's dialogues side by side (as policy.py keeps a
         # turn state's pairs), the warm start passed 20% of the validation dialogues, not 61% (docs/RESULTS.md).
-        for number, epoch, batch in shuffled_batches([[example] for example in examples], batch_size, epochs, rng):
+        for number, epoch, batch in shuffled_batches([[i] for i in range(len(examples))], batch_size, epochs, rng):
             started = time.time()
-            measured = train_on_batch(model, optimizer, schedule, batch, loss_of, dtype)
+            measured = train_on_batch(model, optimizer, schedule, batch, examples, reference, loss_of, dtype)
             history.append(log_step(log, number, epoch, steps, measured, len(batch), started))
     return history
 
@@ -198,21 +187,21 @@ def main(args):
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     trained = distributed.wrap(model, args.fsdp, dtype)  # torchrun: DDP replicas or FSDP2 shards; else `model`
-    share_prompt = shares_prefix(args.fsdp, args.gradient_checkpointing)
+    fast = not (args.fsdp or args.gradient_checkpointing)  # neither backpropagates into a shared KV cache
     by_key = {(t["task_id"], t["sample_idx"]): t for t in trajectories}
     started = time.time()
     if args.method == "mt-dpo":  # each side: its trajectory's agent turns, under the prompt the agent saw
         examples = [{side: trajectory_sequence(tokenizer, by_key[row["task_id"], row[f"{side}_sample_idx"]])
                      for side in ("chosen", "rejected")} for row in rows]
-        reference_logps(model, examples, dtype, share_prompt)  # π_ref: the policy before training
-        loss_of = mt_dpo_loss(args.beta, args.nll_coef, share_prompt)
+        reference = reference_logps(model, examples, dtype, fast)  # π_ref: the policy before training
+        loss_of = mt_dpo_loss(args.beta, args.nll_coef, fast)
     else:
         examples = [{"completion": trajectory_sequence(tokenizer, by_key[row["task_id"], row["sample_idx"]])}
                     for row in rows]
-        loss_of = nll_loss(share_prompt)
-    history = train(trained, examples, loss_of, random.Random(args.seed), folder and os.path.join(folder, "log.jsonl"),
+        reference, loss_of = None, nll_loss(fast)
+    history = train(trained, examples, reference, loss_of, random.Random(args.seed), folder and os.path.join(folder, "log.jsonl"),
                     dtype, args.epochs, args.batch_size, args.lr, args.lr_schedule)
-    if save_checkpoint(folder, model, tokenizer):  # torchrun: only the first process writes
+    if distributed.save_checkpoint(folder, model, tokenizer):  # torchrun: only the first process writes
         finish_folder(folder, out)
         last = history[-1]
         summary = f"accuracy {last['accuracy']:.2f} | margin {last['margin']:.4g}" if "margin" in last else \

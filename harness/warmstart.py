@@ -1,7 +1,7 @@
 """Scripted dialogues that warm-start the embedded model: the demo's stand-in for instruction tuning.
 
-    python -m colbench.warmstart runs/demo/warm_tasks.jsonl --out runs/demo/warmstart.traj.jsonl
-    python -m colbench.baselines runs/demo/warmstart.traj.jsonl --method sft --out runs/demo/warm   # the starting policy
+    python -m harness.warmstart runs/demo/warm_tasks.jsonl --out runs/demo/warmstart.traj.jsonl
+    python -m harness.baselines runs/demo/warmstart.traj.jsonl --method sft --out runs/demo/warm   # the starting policy
 
 The paper's starting policy (Llama-3.1-8B-Instruct) already followed ColBench's protocol; the
 embedded SmolLM2-135M does not (zero-shot it never used the answer marker and rarely wrote a valid

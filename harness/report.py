@@ -1,6 +1,6 @@
 """One self-contained HTML page to look at a run: dialogues, critic credit per turn, training curves.
 
-    python -m colbench.report runs/backend_train.scored.jsonl --critic runs/backend_train.critic \
+    python -m harness.report runs/backend_train.scored.jsonl --critic runs/backend_train.critic \
         --policy runs/backend_train.policy --out runs/report.html
 
 Each dialogue is shown with its reward; when the critic's `advantages.jsonl` is given, every agent
