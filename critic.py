@@ -159,6 +159,12 @@ def logps_of(model, sequences, scored_from, fast=True, memory=None):
     return sequence_logps(model, sequences)
 
 
+def task_logps(model, views, ids, fast=True):
+    """{trajectory id: token log-probs} of one task's trajectories, which begin alike (c, the prompt)."""
+    first_scored = min(views[i]["spans"][0][0] for i in ids)  # the first agent token of any
+    return dict(zip(ids, logps_of(model, [views[i]["ids"] for i in ids], first_scored, fast)))
+
+
 # --- the SWEET-RL part: the advantage of each agent turn (Eq. 3), a trajectory's score, Eq. 2
 
 def turn_advantages(critic_logps, reference_logps, spans, normalize=True):
@@ -261,11 +267,10 @@ def frozen_logps(model, views, ids_of, dtype, fast, desc):
     model.eval()
     mine = []
     for task_id, weight in tqdm(list(distributed.share(sorted(ids_of))), desc=desc, unit="task"):
-        sequences, ids = [views[i]["ids"] for i in ids_of[task_id]], ids_of[task_id]
         with autocast(model.device, dtype):
-            logps = logps_of(model, sequences, min(views[i]["spans"][0][0] for i in ids), fast)
+            logps = task_logps(model, views, ids_of[task_id], fast)
         if weight:  # torchrun: weight 0 marks a padding pass
-            mine += zip(ids, logps)
+            mine += logps.items()
     return {i: logps.to(model.device) for i, logps in distributed.gather(mine)}  # torchrun: all
 
 
@@ -287,10 +292,9 @@ def train(model, views, reference, train_pairs, rng, log, dtype, epochs, batch_s
             batch_pairs = sum(len(pairs_of[task_id]) for task_id in batch)
             model.train()
             for task_id, weight in distributed.share(batch, model):  # torchrun: a share of the tasks
-                pairs, ids = pairs_of[task_id], ids_of[task_id]
+                pairs = pairs_of[task_id]
                 with autocast(device, dtype):
-                    logps = dict(zip(ids, logps_of(model, [views[i]["ids"] for i in ids],
-                                                   min(views[i]["spans"][0][0] for i in ids), fast)))
+                    logps = task_logps(model, views, ids_of[task_id], fast)
                 # --- SWEET-RL: each trajectory's score from its A_t (Eq. 3), the loss (Eq. 2)
                 chosen = trajectory_scores(logps, reference, views,
                                            [trajectory_id(c) for c, _ in pairs], normalize, score)
@@ -299,7 +303,7 @@ def train(model, views, reference, train_pairs, rng, log, dtype, epochs, batch_s
                 loss = bradley_terry_loss(chosen, rejected, beta) * len(pairs) / batch_pairs
                 distributed.backward(loss, weight)  # loss.backward(); gradients add up over the batch
                 if weight:
-                    tokens = sum(len(views[i]["ids"]) for i in ids) / len(pairs)
+                    tokens = sum(len(views[i]["ids"]) for i in ids_of[task_id]) / len(pairs)
                     scored += [(c, r, tokens) for c, r in zip(chosen.tolist(), rejected.tolist())]
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()

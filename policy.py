@@ -164,10 +164,10 @@ def state_pairs(trajectory, turn, history, replies, scores, pairs_per_turn, rng)
             for c, r in top_bottom_pairs(scores, pairs_per_turn, rng)]
 
 
-def rank(states, candidates, critic_dir, pairs_per_turn, seed, rng, dtype):
+def rank(states, candidates, critic_dir, pairs_per_turn, seed, rng, dtype, fast=True):
     """Each state's candidates scored by the critic (or at random), then paired: the lines of
     candidates.jsonl (each state's candidates and their scores) and of pairs.jsonl."""
-    critic = None if critic_dir == RANDOM_CRITIC else load_critic(critic_dir, dtype=dtype)
+    critic = None if critic_dir == RANDOM_CRITIC else load_critic(critic_dir, dtype=dtype, fast=fast)
     draw = random.Random(f"random scores {seed}")
     scored, rows = [], []
     for state, replies in tqdm(list(zip(states, candidates)), desc="ranking", unit="state"):
@@ -320,6 +320,14 @@ def log_step(log, step, epoch, steps, measured, batch_size, started):
 
 # ---------------------------------------------------------------- the stage
 
+def write_ranking(folder, arguments, scored, rows):
+    """args.json, candidates.jsonl (each state's candidates and scores) and pairs.jsonl."""
+    with open(os.path.join(folder, "args.json"), "w") as f:
+        json.dump(arguments, f, indent=2)
+    write_jsonl(os.path.join(folder, "candidates.jsonl"), scored)
+    write_jsonl(os.path.join(folder, "pairs.jsonl"), rows)
+
+
 def main(args):
     distributed.init()  # torchrun: join the process group; a plain run is the only process
     out = args.out or default_output(args.scored, ".policy")
@@ -348,17 +356,14 @@ def main(args):
     else:
         candidates = sample(mine, args.model, args.sampler, args.candidates, args.max_new_tokens,
                             args.temperature, args.sample_batch_size, dtype)
-    ranked = rank(mine, candidates, critic_dir, args.pairs_per_turn, args.seed, rng, dtype)
+    ranked = rank(mine, candidates, critic_dir, args.pairs_per_turn, args.seed, rng, dtype, not args.plain)
     scored, rows = map(distributed.gather, ranked)  # torchrun: every process's
     print(f"{len(rows)} pairs from {len(states)} turn states of {len(trajectories)} trajectories")
     if not rows:
         fail("no pairs: every candidate of every state scored the same")
     folder = partial_folder(out) if distributed.is_main() else None  # renamed to `out` once whole
     if folder:
-        with open(os.path.join(folder, "args.json"), "w") as f:
-            json.dump(vars(args), f, indent=2)
-        write_jsonl(os.path.join(folder, "candidates.jsonl"), scored)
-        write_jsonl(os.path.join(folder, "pairs.jsonl"), rows)
+        write_ranking(folder, vars(args), scored, rows)
 
     # Phase 3: DPO + NLL from the starting policy, fp32 master weights (bf16 rounds updates away).
     model, tokenizer = load_model(args.model, trainable=True)

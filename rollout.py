@@ -67,13 +67,9 @@ def made_another_way(path, made):
     return []
 
 
-def main(args):
-    out = args.out or default_output(args.tasks, ".traj.jsonl")
-    made = {"agent": args.agent, "simulator": args.simulator, "temperature": args.temperature,
-            "max_new_tokens": args.max_new_tokens}
-    print("rollout:", json.dumps(vars(args)), f"-> {out}", flush=True)
-    random.seed(args.seed)
-    torch.manual_seed(args.seed)
+def tasks_and_done(args, out, made):
+    """The tasks to play (of --tier, the first --limit) and the (task_id, sample_idx) already in `out`;
+    bad input, or an `out` made another way, ends the run with one clear line."""
     try:
         tasks = [t for t in load_tasks(args.tasks) if args.tier in (None, t.get("tier"))]
         tasks = tasks[: args.limit]
@@ -84,6 +80,17 @@ def main(args):
     if differs:
         fail(f"{out} holds trajectories made another way ({'; '.join(differs)}): pass another "
              "--out")
+    return tasks, done
+
+
+def main(args):
+    out = args.out or default_output(args.tasks, ".traj.jsonl")
+    made = {"agent": args.agent, "simulator": args.simulator, "temperature": args.temperature,
+            "max_new_tokens": args.max_new_tokens}
+    print("rollout:", json.dumps(vars(args)), f"-> {out}", flush=True)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    tasks, done = tasks_and_done(args, out, made)
     # A dead server is reported now, in seconds, not after a local model has loaded.
     for flag, spec in (("--agent", args.agent), ("--simulator", args.simulator)):
         if is_url(spec):

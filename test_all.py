@@ -1605,6 +1605,18 @@ def test_critic_learns_a_planted_pattern_to_over_90_percent_held_out_accuracy(tm
     assert statistics.mean(with_pattern) > statistics.mean(without)
 
 
+def test_critic_trains_the_same_the_plain_way_and_the_fast_way(tmp_path, tiny_model):
+    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=6)
+    common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "4",
+              "--eval-fraction", "0.34", "--dtype", "fp32"]
+    for name, flags in (("fast", []), ("plain", ["--plain"])):
+        critic.main(critic.parser.parse_args([*common, *flags, "--out", str(tmp_path / name)]))
+    fast, plain = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("fast", "plain"))
+    assert fast["steps"] == plain["steps"] > 1 and fast["eval_pairs"] == plain["eval_pairs"] > 0
+    assert plain["after"]["margins"] == pytest.approx(fast["after"]["margins"], abs=1e-4)
+    assert plain["after"]["margins"] != pytest.approx(plain["before"]["margins"], abs=1e-3)  # it trained
+
+
 def test_critic_runs_end_to_end_on_an_official_format_file(tmp_path, tiny_model):
     records = planted_pattern_file(tmp_path / "x.jsonl", n_tasks=3)
     official = []
@@ -2601,7 +2613,8 @@ def test_the_readme_chain_runs_as_written(tmp_path, tiny_model):
     ScriptedServer.agents = {name: ScriptedAgent(name, tasks, 3) for name in ("scripted:by-subject", "scripted:fixed")}
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ScriptedServer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    os.symlink(os.path.join(ROOT, "colbench"), tmp_path / "colbench")  # the task files, and python -m colbench.*
+    os.symlink(os.path.join(ROOT, "colbench"), tmp_path / "colbench")  # the task files
+    importable = dict(os.environ, PYTHONPATH=ROOT)  # python -m harness.*, which imports the stages
     try:
         for argv in commands:
             assert argv[0] == "python"
@@ -2610,7 +2623,7 @@ def test_the_readme_chain_runs_as_written(tmp_path, tiny_model):
             if "backend_valid.jsonl" in " ".join(argv) and argv[1] == "rollout.py":
                 argv[argv.index("--agent") + 1] = f"http://127.0.0.1:{server.server_address[1]}/v1"
             script = argv[1] if argv[1] == "-m" else os.path.join(ROOT, argv[1])
-            run_script(script, *argv[2:], cwd=tmp_path, timeout=600)
+            run_script(script, *argv[2:], cwd=tmp_path, timeout=600, env=importable)
     finally:
         server.shutdown()
     scored = read_jsonl(tmp_path / "runs" / "backend_valid.scored.jsonl")

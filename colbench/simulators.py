@@ -6,7 +6,8 @@ more, as the official human answers only from its hidden information: one fact p
 whose subject the question names. A fact's subject is its words less those every fact of the task
 shares (the thing the function computes) and less words that ask for nothing in particular, so "any
 other details?" gets "I don't know", and a question naming two facts equally is asked to name one.
-It never shows code.
+It reads the agent's latest message only. It quotes code where a fact does: an easy task's twist fact
+quotes its line (`min(..., 31)`), and facts read off a reference code name its numbers and strings.
 `--simulator URL`: an OpenAI-compatible chat server; `--simulator MODEL`: a local Hugging Face
 model. Both play the human from a prompt holding the reference solution, at temperature 0.
 Frontend tasks (an HTML reference; colbench/frontend.py): the embedded human compares the
