@@ -10,7 +10,8 @@ and waiting ones take their place. Each trajectory is written as one line as soo
 how it was made (`max_turns`, and `rollout`: the agent, the simulator, the sampling); the same
 command again resumes, skipping the (task_id, sample_idx) pairs already written, so a killed run
 loses only the dialogues in flight. A resume into a file made another way is refused. `--agent
-scripted:fixed` and `scripted:by-subject` are the scripted agents of colbench/scripted.py.
+scripted:fixed` and `scripted:by-subject` (backend), `scripted:page-at-once` and `scripted:ask-then-write`
+(frontend) are the scripted agents of colbench/scripted.py.
 """
 import argparse
 import collections
@@ -99,8 +100,13 @@ def main(args):
                                 if (task["task_id"], k) not in done)
     print(f"{len(tasks)} tasks x {args.samples} samples: {len(done)} already in {out}, "
           f"{len(waiting)} to run", flush=True)
-    agent = (ScriptedAgent(args.agent, tasks, args.max_turns) if args.agent in AGENTS
-             else open_chat(args.agent, dtype=args.dtype))
+    if args.agent in AGENTS:
+        try:
+            agent = ScriptedAgent(args.agent, tasks, args.max_turns)
+        except ValueError as e:  # tasks of the kind it does not play
+            fail(e)
+    else:
+        agent = open_chat(args.agent, dtype=args.dtype)
     simulator = make_simulator(args.simulator)
 
     finished, tokens, start = [], 0, time.time()

@@ -2154,38 +2154,97 @@ def test_frontend_simulator_names_planted_differences():
     plain = say("<html><body><h1>Hello</h1></body></html>")
     assert len(plain) <= frontend.MAX_REPLY_CHARS and plain.count(".") <= frontend.MAX_DIFFERENCES + 2
     assert "<" not in plain and "#0f1c3f" not in plain                                # never pastes the reference
-    no_page = say("Hello! I am ready to start.")  # neither a page nor a question it can answer
-    assert no_page.startswith(frontend.NO_PAGE) and "navy" in no_page
+    no_page = say("Hello! I am ready to start.")  # neither a page nor a question about one: nothing
+    assert no_page == frontend.NOTHING_ASKED and no_page.startswith(frontend.NO_PAGE)
 
 
-def test_frontend_simulator_answers_questions_with_the_reference_pages_values():
+def frontend_tasks(*names):
+    return [t for name in names for t in load_tasks(os.path.join(TASKS_DIR, f"frontend_{name}.jsonl"))]
+
+
+def test_frontend_human_gives_general_requests_nothing_and_each_subject_its_values():
+    from colbench.scripted import page_question
     simulator = make_simulator("embedded")
-    dialogue = turn("What colors and which font do you want?")
-    colors = simulator.respond([(PAGE_TASK, dialogue)])[0]
+    colors = simulator.respond([(PAGE_TASK, turn("What colors and which font do you want?"))])[0]
     assert "#0f1c3f (navy)" in colors and "#f5f5f5" in colors and "Georgia,serif" in colors
     assert "<" not in colors and "section" not in colors
-    structure = simulator.respond([(PAGE_TASK, turn("How should it be laid out, with which menu and sections?"))])[0]
-    assert "one simple column" in structure and "Home, Menu, Visit" in structure and "Menu, Visit." in structure
-    # a plain request for details: the next topic not yet told (the colors were told above)
-    dialogue += [{"role": "user", "content": colors}, {"role": "assistant", "content": "Any other details?"}]
-    assert simulator.respond([(PAGE_TASK, dialogue)])[0] == "The layout: one simple column."
     facts = frontend.page_facts(PAGE)
     assert facts["title"] == "Golden Crust" and facts["sections"] == ["Menu", "Visit"] and facts["layout"] == "single"
+    for task in frontend_tasks("train", "test"):
+        facts = frontend.page_facts(task["ground_truth"])
+        assert set(facts) == set(frontend.TOPIC_WORDS)  # every page has every subject
+
+        def say(message):
+            return frontend.embedded_reply(task, [{"role": "user", "content": task["problem_description"]},
+                                                  {"role": "assistant", "content": message}])
+        for request in GENERAL_REQUESTS + ["What should it look like?", "Hello! I am ready to start."]:
+            assert say(request) == frontend.NOTHING_ASKED, (task["task_id"], request)
+        for topic in facts:  # one subject: its values; two: both; three: ask for fewer
+            assert say(page_question([topic])) == frontend.fact_sentence(topic, facts[topic])
+        both = say(page_question(["colors", "sections"]))
+        assert both == f"{frontend.fact_sentence('colors', facts['colors'])} " \
+                       f"{frontend.fact_sentence('sections', facts['sections'])}"
+        assert say("Which colors, font and layout do you want?") == frontend.TOO_MANY_TOPICS
 
 
-def test_frontend_warm_start_asks_then_writes_a_compact_page_of_what_it_was_told():
-    from harness.warmstart import frontend_dialogue
-    record = frontend_dialogue(PAGE_TASK, 0, "ask twice", random.Random(0))
-    turns = record["dialogue_history"]
-    assert [t["role"] for t in turns] == ["user", "assistant", "user", "assistant", "user", "assistant"]
-    page = html_page(turns[-1]["content"])
-    assert turns[-1]["content"].startswith(ANSWER_MARKER) and record["answer"] == page
-    assert all(value in page for value in ("#0f1c3f", "#d4a017", "Georgia,serif", "Golden Crust", ">Visit<"))
-    assert len(page) < len(PAGE) + 200  # compact: a 135M model writes it in a few hundred tokens
-    slip = frontend_dialogue(PAGE_TASK, 0, "ask twice, miscopy", random.Random(3))
-    assert html_page(slip["answer"]) != page  # one color wrong
-    at_once = frontend_dialogue(PAGE_TASK, 0, "answer at once", random.Random(0))
-    assert len(at_once["dialogue_history"]) == 2 and at_once["answer"] == page  # the reference's values, remembered
+def test_frontend_scripted_agents_through_rollout_a_page_at_once_knows_nothing_asking_gets_what_it_asks(tmp_path):
+    from colbench.scripted import ASKED_TOPICS, GENERIC_FACTS, compact_page, request_title
+    tasks = os.path.join(TASKS_DIR, "frontend_test.jsonl")
+    played = {}
+    for agent, turns in (("scripted:page-at-once", 3), ("scripted:ask-then-write", 3), ("scripted:ask-then-write", 4)):
+        out = tmp_path / f"{agent[9:]}-{turns}.traj.jsonl"
+        run_script("rollout.py", tasks, "--agent", agent, "--samples", "1", "--max-turns", str(turns), "--out", str(out))
+        played[agent, turns] = load_trajectories(str(out))
+        assert len(played[agent, turns]) == 40 and all(t["rollout"]["agent"] == agent for t in played[agent, turns])
+    for task in frontend_tasks("train", "test"):  # the page a script writes says what it was told
+        facts = frontend.page_facts(task["ground_truth"])
+        assert frontend.page_facts(compact_page(facts)) == facts and request_title(task) == facts["title"]
+    for t in played["scripted:page-at-once", 3]:  # one turn, the generic page under the request's name
+        assert len(t["dialogue_history"]) == 2 and t["answered_with_marker"]
+        assert t["answer"] == compact_page({"title": request_title(t["task"])})
+    for turns, asked in ((3, ASKED_TOPICS[0] + ASKED_TOPICS[1]), (4, sum(ASKED_TOPICS, ()))):
+        for t in played["scripted:ask-then-write", turns]:
+            told = frontend.topics_told(t["task"], t["dialogue_history"])
+            assert sorted(told) == sorted(asked) and len(t["dialogue_history"]) == 2 * turns
+            assert t["answer"] == compact_page({"title": request_title(t["task"]), **told})
+            reference, written = frontend.page_facts(t["task"]["ground_truth"]), frontend.page_facts(t["answer"])
+            assert written["colors"]["background"] == reference["colors"]["background"]
+            assert written["sections"] == reference["sections"] and written["title"] == reference["title"]
+            assert written["font"] == (reference["font"] if "font" in told else GENERIC_FACTS["font"])  # never unasked
+    result = run_script("rollout.py", TEST, "--agent", "scripted:ask-then-write", "--out", str(tmp_path / "x.jsonl"),
+                        check=False)
+    assert result.returncode == 2 and "plays frontend tasks" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_frontend_warm_start_varies_turn_by_turn_and_writes_only_what_it_was_told():
+    from colbench.scripted import GENERIC_FACTS, compact_page, request_title
+    from harness.warmstart import PAGE_QUESTIONS, PAGE_SUBJECTS, frontend_dialogue
+    for topic, names in PAGE_SUBJECTS.items():  # the words of each subject name it alone
+        assert all(frontend.topics_asked(q.format(name)) == [topic] for q in PAGE_QUESTIONS for name in names)
+    rng = random.Random(0)
+    rows = [frontend_dialogue(task, 0, rng) for task in frontend_tasks("train")[:40]]
+    turns = Counter(sum(turn["role"] == "assistant" for turn in r["dialogue_history"]) for r in rows)
+    replies = [(r, turn["content"]) for r in rows for turn in r["dialogue_history"][2:] if turn["role"] == "user"]
+
+    def subjects_told(row, reply):  # how many subjects one reply of the human told
+        return len(frontend.topics_told(row["task"], [row["dialogue_history"][0], {"role": "user", "content": reply}]))
+    subjects_per_reply = Counter(subjects_told(r, reply) for r, reply in replies)
+    assert all(turns[k] >= 2 for k in (1, 2, 3))  # answering at once, early or late
+    assert subjects_per_reply[1] >= 5 and subjects_per_reply[2] >= 5  # asking about one subject, or two at once
+    assert any(reply.startswith(frontend.NOTHING_ASKED) for _, reply in replies)  # asking about nothing in particular
+    assert any("should" in reply and "Colors:" not in reply for _, reply in replies)  # a page shown, compared
+    as_told = 0
+    for r in rows:
+        told = frontend.topics_told(r["task"], r["dialogue_history"])
+        page = r["dialogue_history"][-1]["content"]
+        assert page.startswith(ANSWER_MARKER) and len(told) <= 4  # two turns of at most two subjects: never all
+        as_told += r["answer"] == compact_page({"title": request_title(r["task"]), **told})
+        written = frontend.page_facts(r["answer"])
+        for topic in ("font", "menu", "sections"):  # what was not told is the generic page's, not the reference's
+            assert written[topic] == (told[topic] if topic in told else GENERIC_FACTS[topic]), (r["task_id"], topic)
+        if "colors" not in told:
+            assert written["colors"]["background"] == GENERIC_FACTS["colors"]["background"]
+    assert 0.8 * len(rows) <= as_told < len(rows)  # a told color miscopied now and then
 
 
 def test_frontend_vision_endpoint_gets_both_screenshots(stub_server):

@@ -1,12 +1,14 @@
 """Frontend tasks: what the simulated human says about a page, and how a final page is scored.
 
 The embedded simulator (offline, deterministic) answers a question about the colors, the font, the
-layout, the menu, the sections or the title with what the reference page has (`page_facts`). Shown a
+layout, the menu, the sections or the title with what the reference page has (`page_facts`), for at
+most MAX_TOPICS_PER_QUESTION of them at once (a question naming more is asked to name fewer). Shown a
 page, it compares it with the reference page twice over: their screenshots (colbench/render.py) for
 the colors one sees, and their HTML for structure (navigation, title, sections, sidebar, card grid,
 footer) and styles (fonts, sizes, text color). Each difference found gets a weight; the few heaviest
-are said in plain words, cut at MAX_REPLY_CHARS. A turn with neither says so and compares the
-reference with a blank page.
+are said in plain words, cut at MAX_REPLY_CHARS. A turn with neither (a request for "any details",
+"what should it look like?") gets nothing but NOTHING_ASKED, as the backend human's "I don't know":
+what to ask is the skill.
 
 The vision-endpoint simulator sends both screenshots to an OpenAI-compatible chat server as
 image data URLs, with the prompt below.
@@ -29,11 +31,14 @@ import numpy
 from PIL import Image
 
 from colbench.env import html_page
-from colbench.render import blank_image, failed_image, render, render_many
+from colbench.render import failed_image, render, render_many
 
 MAX_REPLY_CHARS = 1000
 MAX_DIFFERENCES = 3     # the human names at most this many differences per turn
 NO_PAGE = "You didn't show me a page this time, so I can't compare."
+NOTHING_ASKED = NO_PAGE + " And I can't tell which part of the page you are asking about."
+TOO_MANY_TOPICS = "You are asking about many things at once; ask me about one or two of them."
+MAX_TOPICS_PER_QUESTION = 2
 LOOKS_RIGHT = "That looks very close to what I want."
 
 # ---------------------------------------------------------------- colors in words
@@ -270,25 +275,19 @@ def differences(reference_page, reference_image, agent_page, agent_image):
 
 
 def describe_differences(reference_page, agent_page, reference_image=None, agent_image=None):
-    """What the human says about `agent_page` (None: no page this turn), at most MAX_REPLY_CHARS."""
+    """What the human says about `agent_page`, at most MAX_REPLY_CHARS."""
     reference_image = reference_image or render(reference_page)
-    if agent_page is None:
-        found = differences(reference_page, reference_image, "", blank_image(*reference_image.size))
-        sentences = [NO_PAGE] + (["Compared with an empty page:"] if found else [])
-    else:
-        found = differences(reference_page, reference_image, agent_page, agent_image or render(agent_page))
-        sentences = [] if found else [LOOKS_RIGHT]
-    sentences += [sentence for _, sentence in found[:MAX_DIFFERENCES]]
+    found = differences(reference_page, reference_image, agent_page, agent_image or render(agent_page))
+    sentences = [sentence for _, sentence in found[:MAX_DIFFERENCES]] or [LOOKS_RIGHT]
     return " ".join(sentences)[:MAX_REPLY_CHARS]
 
 
 # ---------------------------------------------------------------- what the human tells when asked
 
-# A topic -> the words that ask about it; GENERIC_WORDS ask for whatever has not been told yet.
+# A topic -> the words that ask about it. A request for details that names none gets NOTHING_ASKED.
 TOPIC_WORDS = {"colors": ("color", "colour", "palette", "background", "theme"), "font": ("font", "typeface"),
                "layout": ("layout", "laid out", "structure", "arrange"), "menu": ("menu", "navigation", "links"),
                "sections": ("section", "content", "parts"), "title": ("title", "heading", "name")}
-GENERIC_WORDS = ("detail", "specific", "requirement", "anything else", "what else", "preference", "more about")
 LAYOUTS = {"sidebar": "a sidebar on the left holding the title and the menu, the content beside it",
            "hero": "a big banner across the top with the title, the content below it",
            "cards": "the content as a grid of cards, three to a row",
@@ -332,21 +331,32 @@ def fact_sentence(topic, value):
     return f"The title is '{value}'."
 
 
+def topics_asked(message):
+    """The topics whose words `message` holds, in TOPIC_WORDS' order."""
+    message = message.lower()
+    return [topic for topic, words in TOPIC_WORDS.items() if any(word in message for word in words)]
+
+
+def topics_told(task, dialogue):
+    """{topic: value} of the reference page's facts (page_facts) that the human's replies in `dialogue` told."""
+    told = " ".join(turn["content"] for turn in dialogue[1:] if turn["role"] == "user")
+    facts = page_facts(task["ground_truth"])
+    return {topic: value for topic, value in facts.items() if fact_sentence(topic, value) in told}
+
+
 def embedded_reply(task, dialogue):
-    """The embedded human's answer to the agent's latest turn of a frontend task: the facts of the topics it
-    asks about (a plain request for details: the next topic not yet told); else, with or without a page,
-    the differences from the reference page."""
-    message = dialogue[-1]["content"].lower()
+    """The embedded human's answer to the agent's latest turn of a frontend task: shown a page, the differences
+    from the reference page; else the facts of the topics the question names (at most MAX_TOPICS_PER_QUESTION),
+    or nothing (NOTHING_ASKED) when it names none."""
     page = html_page(dialogue[-1]["content"])
-    if page is None:
-        facts = page_facts(task["ground_truth"])
-        asked = [topic for topic, words in TOPIC_WORDS.items() if topic in facts and any(w in message for w in words)]
-        if not asked and any(word in message for word in GENERIC_WORDS):
-            told = " ".join(turn["content"] for turn in dialogue if turn["role"] == "user")
-            asked = [topic for topic in facts if fact_sentence(topic, facts[topic]) not in told][:1]
-        if asked:
-            return " ".join(fact_sentence(topic, facts[topic]) for topic in asked)[:MAX_REPLY_CHARS]
-    return describe_differences(task["ground_truth"], page)
+    if page is not None:
+        return describe_differences(task["ground_truth"], page)
+    facts = page_facts(task["ground_truth"])
+    asked = topics_asked(dialogue[-1]["content"])
+    if len(asked) > MAX_TOPICS_PER_QUESTION:
+        return TOO_MANY_TOPICS
+    told = [fact_sentence(topic, facts[topic]) for topic in asked if topic in facts]
+    return " ".join(told)[:MAX_REPLY_CHARS] if told else NOTHING_ASKED
 
 
 # ---------------------------------------------------------------- the vision endpoint's messages
@@ -359,8 +369,8 @@ important differences between the two pages (background and text colors, layout,
 or extra sections, sizes), most visible first. If the assistant asked a question, answer it from the page \
 you have in mind. Never write HTML or CSS."""
 SECOND_IMAGE = "The second image is the page the assistant proposed in its latest message."
-NO_SECOND_IMAGE = ("The assistant did not propose a page in its latest message: tell it so, then describe what "
-                   "matters most about yours.")
+NO_SECOND_IMAGE = ("The assistant did not propose a page in its latest message: answer what it asked about yours, "
+                   "at most two things; if it named nothing in particular, say that you can't tell what it is asking.")
 
 
 def data_url(image):

@@ -14,9 +14,13 @@ family), about nothing in particular, or about two things at once; the embedded 
 is asked. The answer is the task's reference function (its untold numbers memorized, so guessed wrong
 on new tasks), with a told number miscopied now and then (SLIP). Test tasks never appear here.
 
-Frontend tasks follow one of BEHAVIOURS: ask about the colors and the font, then about the layout, the menu and
-the sections (the embedded human answers with the reference page's values), then write a compact page of
-what was told (`compact_page`); a slip gets one color wrong; what was not asked is the reference's.
+Frontend dialogues are drawn turn by turn too (PAGE_MOVES): at each turn before the last the script
+answers (as ANSWER_EARLY) or asks, in varied words, about one untold subject of the page (colors, font,
+layout, menu, sections, title), about two at once, or about nothing in particular, or shows a page of
+what it was told so far; the embedded human answers the subjects named, says nothing to a question that
+names none, and compares a page shown with its own. The final page is colbench/scripted.py's
+`compact_page` of what was told, the generic page's values for the rest (never the reference's: nothing
+to memorize), with a told color miscopied now and then (SLIP).
 """
 import argparse
 import random
@@ -25,8 +29,8 @@ import re
 from colbench.cli import fail, non_negative_int, positive_int
 from colbench.data import DataError, load_tasks, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER, Episode
-from colbench.frontend import page_facts
-from colbench.scripted import subject_words
+from colbench.frontend import page_facts, topics_told
+from colbench.scripted import compact_page, request_title, subject_words
 from colbench.simulators import EmbeddedSimulator, facts_told, hidden_facts
 
 # A backend turn before the last: the weights of what the script asks, and how likely it answers instead.
@@ -37,7 +41,14 @@ SUBJECT_QUESTIONS = ["What is the {}?", "Could you tell me the {}?", "How about 
                      "Is there a {}?", "Can you give me the {}?", "What should the {} be?", "Tell me about the {}."]
 GENERAL_QUESTIONS = ["What details do you need me to know?", "Could you tell me the specifics?",
                      "Is there anything else I should know?", "Can you tell me more?"]
-BEHAVIOURS = {"ask twice": 3, "ask twice, miscopy": 1, "ask once": 2, "answer at once": 2}  # frontend
+# A frontend turn before the last: the weights of what the script does; a subject by the words the human knows it by.
+PAGE_MOVES = {"an untold subject": 8, "two untold subjects": 8, "nothing in particular": 1, "a page": 3}
+PAGE_SUBJECTS = {"colors": ["colors", "color scheme", "palette", "colours"], "font": ["font", "typeface"],
+                 "layout": ["layout", "page structure"], "menu": ["menu", "navigation links"],
+                 "sections": ["sections", "content sections"], "title": ["title", "heading"]}
+PAGE_QUESTIONS = ["What {} do you want?", "Which {} should it have?", "Could you tell me the {}?", "How about the {}?",
+                  "What should the {} be?", "Tell me about the {}."]
+SHOW_PAGE = ["Here is a first draft: {} How does it look?", "How about this? {}", "Is this close? {}"]
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 
 
@@ -61,34 +72,6 @@ def miscopy(code, told, rng):
         wrong = float(value) + 10 ** -decimals
     wrong = f"{wrong:.{decimals}f}"
     return code[:slip.start()] + wrong + code[slip.end():]
-
-
-# Frontend: first about the look, then about the structure; the human answers each with the reference's values.
-PAGE_QUESTIONS = [["What colors and font would you like?", "Which colors and which font should it use?"],
-                  ["How should it be laid out, with which menu and sections?",
-                   "What layout, menu links and sections do you want?"]]
-
-
-def compact_page(facts, title):
-    """The page the scripted agent writes from a task's `facts` (frontend.page_facts): short, so that a 135M
-    model can write one, with the colors, font, layout, menu, sections and title it was told."""
-    colors = facts.get("colors", {})
-    background, text = colors.get("background", "#ffffff"), colors.get("text", "#222222")
-    headings = colors.get("headings", text)
-    band = colors.get("header", headings)
-    menu = "".join(f"<a href='#'>{link}</a>" for link in facts.get("menu", []))
-    sections = "".join(f"<section><h2>{name}</h2><p>{name} at {title}.</p></section>"
-                       for name in facts.get("sections", []))
-    body = {"sidebar": f"<div style='display:flex'><div class='band' style='width:200px'><h1>{title}</h1>{menu}</div>"
-                       f"<main>{sections}</main></div>",
-            "hero": f"<nav>{menu}</nav><div class='band'><h1>{title}</h1></div><main>{sections}</main>",
-            "cards": f"<nav>{menu}</nav><h1>{title}</h1><main style='display:grid;grid-template-columns:1fr 1fr 1fr'>"
-                     f"{sections}</main>",
-            "single": f"<nav>{menu}</nav><h1>{title}</h1><main>{sections}</main>"}[facts.get("layout", "single")]
-    style = (f"body{{margin:0;background:{background};color:{text};font-family:{facts.get('font', 'sans-serif')}}}"
-             f"h2{{color:{headings}}}a{{color:{headings};margin:8px}}.band{{background:{band};padding:24px}}"
-             "main{padding:20px}")
-    return f"<html><head><style>{style}</style></head><body>{body}<footer class='band'>{title}</footer></body></html>"
 
 
 def question(fact, facts, rng):
@@ -128,19 +111,41 @@ def backend_dialogue(task, sample_idx, peers, rng, max_turns=3):
     return episode.record()
 
 
-def frontend_dialogue(task, sample_idx, behaviour, rng, max_turns=3):
-    """One trajectory line (rollout.py's schema, plus `behaviour`) of the scripted agent on a page."""
-    episode, human = Episode(task, sample_idx, max_turns), EmbeddedSimulator()
-    questions = {"ask twice": 2, "ask twice, miscopy": 2, "ask once": 1, "answer at once": 0}[behaviour]
-    for i in range(questions):
-        episode.add_agent_turn(Scripted(rng.choice(PAGE_QUESTIONS[i]), ""))
+def page_subject_question(topic, rng):
+    """A question about one topic of a page, in words drawn from PAGE_SUBJECTS."""
+    return rng.choice(PAGE_QUESTIONS).format(rng.choice(PAGE_SUBJECTS[topic]))
+
+
+def frontend_dialogue(task, sample_idx, rng, max_turns=3):
+    """One trajectory line of the turn-by-turn script (PAGE_MOVES) on a frontend task."""
+    episode, human, topics = Episode(task, sample_idx, max_turns), EmbeddedSimulator(), page_facts(task["ground_truth"])
+    moves, weights = list(PAGE_MOVES), list(PAGE_MOVES.values())
+    title = request_title(task)
+    known = {"title": title} if title else {}  # what the script knows: the name the request gives, then what is told
+    for _ in range(max_turns - 1):
+        known.update(topics_told(task, episode.dialogue))
+        untold = [topic for topic in topics if topic not in known]
+        if rng.random() < ANSWER_EARLY["some facts untold" if untold else "every fact told"]:
+            break
+        move = rng.choices(moves, weights)[0]
+        if move == "an untold subject" and untold:
+            text = page_subject_question(rng.choice(untold), rng)
+        elif move == "two untold subjects" and len(untold) > 1:
+            first, second = (page_subject_question(topic, rng) for topic in rng.sample(untold, 2))
+            text = f"{first.rstrip('?.')}, and {second[0].lower()}{second[1:]}"
+        elif move == "a page":
+            text = rng.choice(SHOW_PAGE).format(compact_page(known))
+        else:
+            text = rng.choice(GENERAL_QUESTIONS)
+        episode.add_agent_turn(Scripted(text, ""))
         episode.add_human_turn(human.reply(task, episode.dialogue))
-    facts = page_facts(task["ground_truth"])  # what was not asked is the reference's: right on training tasks
-    if behaviour == "ask twice, miscopy" and facts.get("colors"):
-        part = rng.choice(sorted(facts["colors"]))
-        facts["colors"][part] = rng.choice(["#ffffff", "#222222", "#c62828", "#1e88e5", "#2e7d32", "#ff7a1a"])
-    episode.add_agent_turn(Scripted(f"{ANSWER_MARKER}\n{compact_page(facts, facts.get('title', ''))}", ""))
-    return dict(episode.record(), behaviour=behaviour)
+    known.update(topics_told(task, episode.dialogue))
+    if "colors" in known and rng.random() < SLIP:
+        part = rng.choice(sorted(known["colors"]))
+        wrong = rng.choice(["#ffffff", "#222222", "#c62828", "#1e88e5", "#2e7d32", "#ff7a1a"])
+        known["colors"] = dict(known["colors"], **{part: wrong})
+    episode.add_agent_turn(Scripted(f"{ANSWER_MARKER}\n{compact_page(known)}", ""))
+    return episode.record()
 
 
 def main():
@@ -164,8 +169,7 @@ def main():
         peers = [t for t in tasks if t.get("family") == task.get("family") and t is not task]
         for k in range(args.samples):
             if task_kind(task) == "frontend":
-                behaviour = rng.choices(list(BEHAVIOURS), list(BEHAVIOURS.values()))[0]
-                rows.append(frontend_dialogue(task, k, behaviour, rng, args.max_turns))
+                rows.append(frontend_dialogue(task, k, rng, args.max_turns))
             else:
                 rows.append(backend_dialogue(task, k, peers, rng, args.max_turns))
     write_jsonl(args.out, rows)
