@@ -6,8 +6,9 @@ Reads scored trajectories (evaluate.py's output, or an official ColBench offline
 The critic is a causal LM that reads c (the task's solution, never shown to the agent), then what the
 agent saw: its prompt, which states the turn budget, and the dialogue. Its advantage for an agent turn
 is the mean log-ratio of the turn's tokens against its own frozen initial weights π_ref (Eq. 3). Two
-trajectories of one task whose rewards differ make a pair, and training ranks them by their summed
-advantages (Eq. 2). Read top to bottom: what the critic reads, its log-probs, Eq. 3, Eq. 2 and its
+trajectories of one task whose rewards differ make a pair, and training ranks them by their scores
+(Eq. 2: the sum of their A_t, or by default the official one mean over their agent tokens). Read top
+to bottom: what the critic reads, its log-probs, Eq. 3, Eq. 2 and its
 pairs, the loop, the held-out evaluation, the trained critic scoring replies (policy.py ranks with it),
 the stage. Writes the critic folder once whole: the checkpoint, args.json, log.jsonl (a line per
 step), metrics.json (held-out pair accuracy before and after training) and advantages.jsonl (each

@@ -1,9 +1,9 @@
 """The shipped ColBench tasks: the JSONL files in this folder and the generators that write them.
 
-backend.py   the backend (programming) tasks: backend_{train,test}.jsonl
+backend.py   the backend (programming) tasks: backend_{train,valid,test}.jsonl
 frontend.py  the frontend (web design) tasks: frontend_{train,test}.jsonl
 
-    python -m colbench.tasks.backend     # rewrites backend_{train,test}.jsonl here, byte for byte
+    python -m colbench.tasks.backend     # rewrites backend_{train,valid,test}.jsonl here, byte for byte
     python -m colbench.tasks.frontend    # rewrites frontend_{train,test}.jsonl here, byte for byte
 """
 import os
