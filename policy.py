@@ -342,21 +342,20 @@ def main(args):
     if not states:
         fail("no agent turn follows a user turn in these trajectories: nothing to rank")
     if critic_dir != RANDOM_CRITIC and not os.path.isfile(os.path.join(critic_dir, "args.json")):
-        fail(f"no critic at {critic_dir}: run `python critic.py {args.scored}` first, or pass "
-             "--critic")
+        fail(f"no critic at {critic_dir}: run `python critic.py {args.scored}` first, or --critic")
     if args.sampler:
         require_server("--sampler", args.sampler)
     sampled = earlier_candidates(args.sampled, states) if args.sampled else None
     dtype, why = compute_dtype(args.dtype)
     describe_dtype("policy", dtype, why)
-
     mine = [state for state, weight in distributed.share(states) if weight]  # torchrun: a share
     if sampled:
         candidates = [sampled[state_key(state)] for state in mine]
     else:
         candidates = sample(mine, args.model, args.sampler, args.candidates, args.max_new_tokens,
                             args.temperature, args.sample_batch_size, dtype)
-    ranked = rank(mine, candidates, critic_dir, args.pairs_per_turn, args.seed, rng, dtype, not args.plain)
+    ranked = rank(mine, candidates, critic_dir, args.pairs_per_turn, args.seed, rng, dtype,
+                  fast=not args.plain)
     scored, rows = map(distributed.gather, ranked)  # torchrun: every process's
     print(f"{len(rows)} pairs from {len(states)} turn states of {len(trajectories)} trajectories")
     if not rows:
