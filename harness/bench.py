@@ -216,7 +216,7 @@ def timed(function):
 
 
 def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
-    from critic import Critic, score_candidates, turn_advantages
+    from critic import Critic, score_candidates
     from colbench.data import load_tasks
     rng = random.Random(0)
     task = load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_train.jsonl"))[0]
@@ -228,25 +228,15 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
     model, tokenizer = load_model(None)
     reference_model, _ = load_model(None)
     critic = Critic(model, reference_model, tokenizer)
+    plain = Critic(model, reference_model, tokenizer, fast=False)  # each reply's sequence encoded whole
     first_reply = history + [{"role": "assistant", "content": replies[0]}]
     length = len(tokenize_turns(tokenizer, critic_messages(task, first_reply, 3))[0])
-
-    @torch.no_grad()
-    def full_sequences(replies):
-        """The same advantages from whole sequences, each encoding the history again."""
-        encoded = [tokenize_turns(tokenizer, critic_messages(task, history + [{"role": "assistant", "content": reply}], 3))
-                   for reply in replies]
-        critic_logps = sequence_logps(model, [ids for ids, _ in encoded])
-        reference_logps = sequence_logps(reference_model, [ids for ids, _ in encoded])
-        return [turn_advantages(c, r, spans[-1:]).item()
-                for c, r, (_, spans) in zip(critic_logps, reference_logps, encoded)]
-
     score_candidates(critic, task, history, 3, replies[:2])  # warm-up for both ways
     shared = []
     shared_s = timed(lambda: shared.extend(score_candidates(critic, task, history, 3, replies)))
     # Whole sequences go 4 to a forward pass; the 4 passes cost the same, so one is timed and counted 4 times.
     full = []
-    full_s = timed(lambda: full.extend(full_sequences(replies[:4]))) * candidates / 4
+    full_s = timed(lambda: full.extend(score_candidates(plain, task, history, 3, replies[:4]))) * candidates / 4
     assert max(abs(a - b) for a, b in zip(shared, full)) < 1e-3, "the two ways must give the same advantages"
     print(f"critic scoring, {candidates} replies of ~{reply_tokens} tokens, {length} tokens with the first: "
           f"shared history {shared_s:.1f} s, full sequences {full_s:.1f} s -> {full_s / shared_s:.2f}x")

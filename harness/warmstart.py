@@ -80,6 +80,11 @@ def question(fact, facts, rng):
     return rng.choice(SUBJECT_QUESTIONS).format(" ".join(names[:rng.choice([1, 2])]))
 
 
+def both(first, second):
+    """Two questions asked as one: "What is the rate, and what is the minimum?"."""
+    return f"{first.rstrip('?.')}, and {second[0].lower()}{second[1:]}"
+
+
 def backend_dialogue(task, sample_idx, peers, rng, max_turns=3):
     """One trajectory line of the turn-by-turn script (MOVES) on a backend task; `peers` are other tasks
     of its family, whose facts give the subjects this task may lack."""
@@ -98,7 +103,7 @@ def backend_dialogue(task, sample_idx, peers, rng, max_turns=3):
             text = question(rng.choice(other), other, rng)
         elif move == "two things at once" and len(facts) > 1:
             first, second = (question(fact, facts, rng) for fact in rng.sample(facts, 2))
-            text = f"{first.rstrip('?.')}, and {second[0].lower()}{second[1:]}"
+            text = both(first, second)
         else:
             text = rng.choice(GENERAL_QUESTIONS)
         episode.add_agent_turn(Scripted(text, ""))
@@ -132,7 +137,7 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
             text = page_subject_question(rng.choice(untold), rng)
         elif move == "two untold subjects" and len(untold) > 1:
             first, second = (page_subject_question(topic, rng) for topic in rng.sample(untold, 2))
-            text = f"{first.rstrip('?.')}, and {second[0].lower()}{second[1:]}"
+            text = both(first, second)
         elif move == "a page":
             text = rng.choice(SHOW_PAGE).format(compact_page(known))
         else:
