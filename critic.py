@@ -31,6 +31,7 @@ from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, 
 from colbench.data import (default_output, finish_folder, partial_folder, succeeded, task_kind,
                            write_jsonl)
 from colbench.env import agent_messages, turn_budget
+from colbench.frontend import page_summary
 from colbench.fast_logps import shared_prefix_logps
 from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype,
                              load_model, padded_batch, resolve_model, tokenize_turns)
@@ -65,6 +66,9 @@ parser.add_argument("--max-length", type=at_least(MIN_LENGTH), default=1024,
                     help="tokens per critic sequence at most; the oldest turns go first")
 parser.add_argument("--no-solution", action="store_true",
                     help="leave out the solution c (paper's ablation: w/o training-time information)")
+parser.add_argument("--page-facts", action="store_true",
+                    help="frontend: c is the reference page's facts as the human tells them, not its HTML "
+                         "(paper: the HTML)")
 parser.add_argument("--no-normalize", action="store_true",
                     help="A_t sums over a turn's tokens instead of averaging (paper's ablation: w/o "
                          "normalization); a trajectory's score is then the sum over all its agent tokens")
@@ -91,23 +95,32 @@ scale.add_argument("--fsdp", action="store_true",
 SOLUTION_HEADER = "Reference solution (shown to you, never to the assistant):\n"
 
 
-def critic_messages(task, dialogue, max_turns, use_solution=True):
+def solution(task, page_facts=False):
+    """c: the task's reference solution. With `page_facts`, a frontend task's reference page as what the
+    human knows of it (its colors, font, layout, menu, sections and title, in the words the human tells
+    them: colbench/frontend.py `page_summary`), in about a seventh of the HTML's tokens."""
+    if page_facts and task_kind(task) == "frontend":
+        return page_summary(task["ground_truth"])
+    return task["ground_truth"].strip()
+
+
+def critic_messages(task, dialogue, max_turns, use_solution=True, page_facts=False):
     """What the agent saw (its system prompt, the budget of `max_turns` turns included, then the
     dialogue), with the solution c put before the system prompt when `use_solution`."""
     messages = agent_messages(task, dialogue, max_turns)
     if use_solution:
-        c = SOLUTION_HEADER + task["ground_truth"].strip() + "\n\n"
+        c = SOLUTION_HEADER + solution(task, page_facts) + "\n\n"
         messages[0] = {"role": "system", "content": c + messages[0]["content"]}
     return messages
 
 
-def fit_to_length(tokenizer, task, dialogue, max_turns, use_solution, max_length):
+def fit_to_length(tokenizer, task, dialogue, max_turns, use_solution, max_length, page_facts=False):
     """(ids, agent-turn spans, agent turns dropped, what was cut or '') of the critic's view, cut to
     `max_length` tokens: the oldest exchanges (an agent turn and the human's reply) go first. The
     problem and c always stay; a dialogue too long with one agent turn left is kept whole."""
     dropped = 0
     while True:
-        messages = critic_messages(task, dialogue, max_turns, use_solution)
+        messages = critic_messages(task, dialogue, max_turns, use_solution, page_facts)
         ids, spans = tokenize_turns(tokenizer, messages)  # spans: [start, end) of each agent turn
         agent_turns = [i for i, turn in enumerate(dialogue) if turn["role"] == "assistant"]
         if len(ids) <= max_length or len(agent_turns) < 2:
@@ -124,13 +137,13 @@ def trajectory_id(trajectory):
     return trajectory["task_id"], trajectory["sample_idx"]
 
 
-def critic_views(tokenizer, trajectories, use_solution, max_length):
+def critic_views(tokenizer, trajectories, use_solution, max_length, page_facts=False):
     """{trajectory id: view}, each trajectory tokenized once as the critic sees it: the token ids,
     the [start, end) spans of its agent turns, and the number of the first agent turn kept."""
     views, cut = {}, 0
     for t in trajectories:
         ids, spans, dropped, note = fit_to_length(tokenizer, t["task"], t["dialogue_history"],
-                                                  turn_budget(t), use_solution, max_length)
+                                                  turn_budget(t), use_solution, max_length, page_facts)
         views[trajectory_id(t)] = {"ids": ids, "spans": spans, "first_turn": dropped}
         if note and (cut := cut + 1) <= 5:
             print(f"warning: {t['task_id']}/{t['sample_idx']} is over --max-length {max_length}: {note}")
@@ -366,6 +379,7 @@ class Critic:
     reference_model: torch.nn.Module  # π_ref: the initial weights it was trained from
     tokenizer: object
     use_solution: bool = True
+    page_facts: bool = False  # c of a frontend task: its page's facts, not its HTML
     normalize: bool = True
     dtype: torch.dtype = torch.float32  # of the forward passes (fp32 weights; bf16 autocast)
     fast: bool = True  # logps_of's fast way, remembering the prefix each model encoded last:
@@ -381,7 +395,7 @@ def load_critic(critic_dir, device=None, dtype=torch.float32, fast=True):
     model, tokenizer = load_model(critic_dir, device=device, dtype=torch.float32)
     base = saved["model_path"] if os.path.isdir(saved["model_path"]) else saved["model"]
     reference_model, _ = load_model(base, device=device, dtype=torch.float32)
-    return Critic(model, reference_model, tokenizer, not saved["no_solution"],
+    return Critic(model, reference_model, tokenizer, not saved["no_solution"], saved.get("page_facts", False),
                   not saved["no_normalize"], dtype, fast)
 
 
@@ -393,7 +407,8 @@ def score_candidates(critic, task, history, max_turns, candidates):
         return []
     distinct = list(dict.fromkeys(candidates))
     views = [tokenize_turns(critic.tokenizer, critic_messages(
-        task, history + [{"role": "assistant", "content": reply}], max_turns, critic.use_solution))
+        task, history + [{"role": "assistant", "content": reply}], max_turns, critic.use_solution,
+        critic.page_facts))
         for reply in distinct]
     sequences, reply_start = [ids for ids, _ in views], min(spans[-1][0] for _, spans in views)
     with autocast(critic.model.device, critic.dtype):
@@ -468,7 +483,7 @@ def main(args):
     describe_dtype("critic", dtype, why)
     base_model = resolve_model(args.model)
     model, tokenizer = load_model(base_model, trainable=True)
-    views = critic_views(tokenizer, used, not args.no_solution, args.max_length)
+    views = critic_views(tokenizer, used, not args.no_solution, args.max_length, args.page_facts)
     # The fast log-probs by default; FSDP and checkpointing cannot backpropagate into its KV cache.
     fast = not (args.plain or args.fsdp or args.gradient_checkpointing)
     if args.gradient_checkpointing:

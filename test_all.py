@@ -1752,6 +1752,12 @@ def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
     assert "<h1>Fresh bread</h1>" in tokenizer.decode(ids[:spans[0][0]]) and (len(spans), dropped, note) == (2, 0, "")
     assert tokenizer.decode(ids[spans[1][0]:spans[1][1]]).startswith("I WANT TO ANSWER: <html>")
 
+    # --page-facts: c is what the human knows of the page, the same words it answers with; code stays code.
+    shipped = frontend_tasks("train")[0]
+    told = critic.critic_messages(shipped, [{"role": "user", "content": "A page"}], 3, page_facts=True)[0]["content"]
+    assert frontend.page_summary(shipped["ground_truth"]) in told and shipped["ground_truth"][:40] not in told
+    assert frontend.fact_sentence("colors", frontend.page_facts(shipped["ground_truth"])["colors"]) in told
+    assert critic.critic_messages(TIP_TASK, [], 3, page_facts=True) == critic.critic_messages(TIP_TASK, [], 3)
 
 # ======================== 6. policy.py: the DPO + NLL loss by hand, the pairing rule, training, each method end to end
 
@@ -2596,6 +2602,8 @@ def test_demo_passes_a_stage_only_what_differs_from_its_defaults_and_the_stage_r
                               "beta": "beta", "nll_coef": "nll_coef", "temperature": "temperature",
                               "max_new_tokens": "max_new_tokens", "data_fraction": "demo_fraction"},
                 "harness.baselines": {"lr": "policy_lr", "beta": "beta", "nll_coef": "nll_coef"}}
+    if "page_facts" in s:
+        expected["critic.py"]["page_facts"] = "page_facts"
     checked = Counter()
     for command in commands:
         script = command[0]
@@ -2615,11 +2623,40 @@ def test_demo_passes_a_stage_only_what_differs_from_its_defaults_and_the_stage_r
 def test_frontend_run_keeps_warm_start_rl_and_test_pages_apart(tmp_path):
     from harness.demo import FRONTEND, Run, split_tasks
     split_tasks(Run(str(tmp_path)), FRONTEND, "frontend")
-    files = {name: load_tasks(str(tmp_path / f"{name}_tasks.jsonl")) for name in ("warm", "train", "test")}
+    files = {name: load_tasks(str(tmp_path / f"{name}_tasks.jsonl")) for name in ("warm", "train", "valid", "test")}
     pages = {name: {t["ground_truth"] for t in tasks} for name, tasks in files.items()}
     assert all(not pages[a] & pages[b] for a in pages for b in pages if a < b)
-    assert (len(files["warm"]), len(files["train"]), len(files["test"])) == (60, 30, 40)
-    assert not (tmp_path / "valid_tasks.jsonl").exists()
+    assert [len(files[name]) for name in ("warm", "train", "valid", "test")] == [60, 30, 30, 40]
+    training = {t["ground_truth"] for t in frontend_tasks("train")}
+    assert pages["warm"] | pages["train"] | pages["valid"] == training  # validation: the training tasks left over
+
+
+def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_page_over_question_pairs(tmp_path):
+    from harness.demo import page_asking, ranked_pairs
+    task = frontend_tasks("test")[0]
+    page, question = f"{ANSWER_MARKER}\n{PAGE}", "What colors and what layout do you want?"
+
+    def played(replies, reward):
+        turns = [{"role": "user", "content": task["problem_description"]}]
+        for reply in replies:
+            turns += [{"role": "assistant", "content": reply},
+                      {"role": "user", "content": frontend.embedded_reply(task, turns + [{"content": reply}])}]
+        return {"task": task, "dialogue_history": turns[:-1], "reward": reward}
+    # Asked, then wrote (0.3); asked twice, then wrote (0.5); a page at once (0.1); one reply that asks, nothing more.
+    asking = page_asking([played([question, page], 0.3), played([question, question, page], 0.5),
+                          played([page], 0.1), played([question], 0.0)])
+    assert asking["ask_first_share"] == 0.5 and asking["after_asking"] == [0.4, 2]
+    assert asking["at_once"] == [0.05, 2]
+    assert asking["subjects_told"] == 1.0  # colors and layout told in two dialogues of four
+    assert page_asking([played([page], 0.2)])["after_asking"] is None
+    os.makedirs(tmp_path / "policy")
+
+    def reply(text):
+        return [{"role": "assistant", "content": text}]
+    write_jsonl(tmp_path / "policy" / "pairs.jsonl",
+                [{"chosen": reply(page), "rejected": reply(question)}] * 3
+                + [{"chosen": reply(question), "rejected": reply(page)}, {"chosen": reply(page), "rejected": reply(page)}])
+    assert ranked_pairs(str(tmp_path / "policy")) == {"page over question": 3, "question over page": 1, "same kind": 1}
 
 
 # ======================== 10. README.md and docs/: the map from the paper to the code, the departures

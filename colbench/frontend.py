@@ -331,6 +331,11 @@ def fact_sentence(topic, value):
     return f"The title is '{value}'."
 
 
+def page_summary(page):
+    """Everything the human can tell about `page`: each topic's fact_sentence, in page_facts' order."""
+    return " ".join(fact_sentence(topic, value) for topic, value in page_facts(page).items())
+
+
 def topics_asked(message):
     """The topics whose words `message` holds, in TOPIC_WORDS' order."""
     message = message.lower()

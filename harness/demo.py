@@ -24,9 +24,9 @@ import critic as critic_stage
 import policy as policy_stage
 import rollout
 from colbench.cli import fraction
-from colbench.data import load_tasks, load_trajectories, write_jsonl
-from colbench.env import ANSWER_MARKER
-from colbench.frontend import task_outcomes
+from colbench.data import load_tasks, load_trajectories, read_jsonl, task_kind, write_jsonl
+from colbench.env import ANSWER_MARKER, html_page
+from colbench.frontend import task_outcomes, topics_told
 from colbench.simulators import facts_told, hidden_facts
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
 from harness import baselines, judge
@@ -61,8 +61,11 @@ NAMES = {"script-fixed": "script: one general request, repeated", "script-by-sub
 CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"]}
 # The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the screenshots'
 # edge-color score. Pages are longer than functions: fewer dialogues, longer replies, a longer critic view.
+# The critic's c, the page's facts (page_facts), not its HTML: on the 30 validation tasks (2026-11-26, the
+# starting policy's 120 dialogues, half the tasks held out) held-out pair accuracy 0.578 in 343 s, against the
+# HTML's 0.522 in 510 s and turn-sum's 0.522: docs/RESULTS.md.
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, rl_tasks=30, samples=4, test_samples=3, max_new_tokens=384,
-                critic_max_length=2048, demo_fraction=0.25, candidates=4, batch_size=128,
+                critic_max_length=2048, page_facts=True, demo_fraction=0.25, candidates=4, batch_size=128,
                 policy_lr=2e-5)
 
 
@@ -78,8 +81,8 @@ def differing(script, **settings):
     for name, value in settings.items():
         if name not in defaults:
             raise KeyError(f"{script} has no option --{name.replace('_', '-')}")
-        if value != defaults[name]:
-            flags += ["--" + name.replace("_", "-"), str(value)]
+        if value != defaults[name]:  # a switch (store_true) is named alone
+            flags += ["--" + name.replace("_", "-")] + ([] if isinstance(value, bool) else [str(value)])
     return flags
 
 
@@ -112,8 +115,9 @@ class Run:
 def split_tasks(run, s, kind):
     """The task files of a run: the shipped tasks of `kind` (backend: the easy tier). Training tasks: every
     third for the RL data (the warm start memorizes its tasks' constants, so RL data on them would not show
-    what asking is worth), the rest for the warm start. Backend validation: the easy tasks of
-    backend_valid.jsonl, further draws of the training families. Test: all the test tasks."""
+    what asking is worth), the rest for the warm start. Validation, backend: the easy tasks of
+    backend_valid.jsonl, further draws of the training families; frontend: the training tasks that neither
+    the warm start nor the RL data uses. Test: all the test tasks."""
     if os.path.exists(run.path("test_tasks.jsonl")):  # written last: once it exists, all are there
         return
 
@@ -121,10 +125,13 @@ def split_tasks(run, s, kind):
         found = load_tasks(f"colbench/tasks/{kind}_{name}.jsonl")
         return [t for t in found if t.get("tier") == "easy"] if kind == "backend" else found
     training = tasks("train")
-    write_jsonl(run.path("warm_tasks.jsonl"), [t for i, t in enumerate(training) if i % 3][: s.get("warm_tasks")])
-    write_jsonl(run.path("train_tasks.jsonl"), [t for i, t in enumerate(training) if i % 3 == 0][: s["rl_tasks"]])
-    if kind == "backend":
-        write_jsonl(run.path("valid_tasks.jsonl"), tasks("valid"))
+    warm = [t for i, t in enumerate(training) if i % 3][: s.get("warm_tasks")]
+    rl = [t for i, t in enumerate(training) if i % 3 == 0][: s["rl_tasks"]]
+    write_jsonl(run.path("warm_tasks.jsonl"), warm)
+    write_jsonl(run.path("train_tasks.jsonl"), rl)
+    used = {id(t) for t in warm + rl}
+    write_jsonl(run.path("valid_tasks.jsonl"),
+                tasks("valid") if kind == "backend" else [t for t in training if id(t) not in used])
     write_jsonl(run.path("test_tasks.jsonl"), tasks("test"))
 
 
@@ -155,7 +162,8 @@ def train_critic(run, s, name, folder, flags=()):
     """critic.py on the run's offline data, from the starting policy, half of the paired tasks held out."""
     run.stage(name, "critic.py", run.path("train.scored.jsonl"), "--model", run.path("warm"), "--out", folder,
               *differing("critic.py", epochs=s["critic_epochs"], lr=s["critic_lr"],
-                         trajectory_score=s["trajectory_score"], max_length=s["critic_max_length"]),
+                         trajectory_score=s["trajectory_score"], max_length=s["critic_max_length"],
+                         page_facts=s.get("page_facts", False)),
               *flags, done_when=folder)
 
 
@@ -385,7 +393,7 @@ def demo(run, s):
     finish(run, results, "zero-shot", "demo", dialogues(run, ["zero-shot", "sweet"]))
 
 
-def dialogues(run, agents, tasks=6):
+def dialogues(run, agents, tasks=6, chars=300):
     """A few held-out dialogues of each agent, as Markdown: the first sample of every fifth test task."""
     chosen = [t["task_id"] for t in load_tasks(run.path("test_tasks.jsonl"))][::5][:tasks]
     lines = ["## Held-out dialogues (sample 0 of every fifth test task)"]
@@ -395,9 +403,10 @@ def dialogues(run, agents, tasks=6):
         lines += ["", f"### {NAMES[agent]}"]
         for task_id in chosen:
             t = played[task_id]
-            lines += ["", f"**{task_id}** ({t['task'].get('family', '')}), success {t['success']}:"]
+            outcome = f"success {t['success']}" if task_kind(t["task"]) == "backend" else f"score {t['reward']:.4f}"
+            lines += ["", f"**{task_id}** ({t['task'].get('family', '')}), {outcome}:"]
             lines += [f"- {'agent' if turn['role'] == 'assistant' else 'human'}: "
-                      + " ".join(turn["content"].split())[:300] for turn in t["dialogue_history"]]
+                      + " ".join(turn["content"].split())[:chars] for turn in t["dialogue_history"]]
     return "\n".join(lines)
 
 
@@ -488,48 +497,113 @@ def validate(run, s):
     print(f"\nvalidation finished; everything is in {val.folder}/\n\n{text}")
 
 
+# The frontend scripts (colbench/scripted.py), played beside the agents: a generic page at once, and a page
+# written from the answers to questions about every subject. Their gap is what asking is worth here.
+FRONTEND_SCRIPTS = {"script-page-at-once": "scripted:page-at-once", "script-ask-then-write": "scripted:ask-then-write"}
+NAMES.update({"script-page-at-once": "script: a generic page at once",
+              "script-ask-then-write": "script: asks about each subject, then writes"})
+
+
+def page_asking(trajectories):
+    """How an agent came to its pages: the share of dialogues that asked before writing (their first reply
+    shows no page and the dialogue goes on), the pages' mean score after asking and written at once
+    ([mean, dialogues]; None when none), and the mean number of subjects the human told before the end."""
+    groups = {"after_asking": [], "at_once": []}
+    told = []
+    for t in trajectories:
+        replies = [turn["content"] for turn in t["dialogue_history"] if turn["role"] == "assistant"]
+        asked = len(replies) > 1 and html_page(replies[0]) is None
+        groups["after_asking" if asked else "at_once"].append(t["reward"])
+        told.append(len(topics_told(t["task"], t["dialogue_history"])))
+    return {"ask_first_share": len(groups["after_asking"]) / len(trajectories),
+            **{name: [sum(v) / len(v), len(v)] if v else None for name, v in groups.items()},
+            "subjects_told": sum(told) / len(told)}
+
+
+def ranked_pairs(policy_folder):
+    """SWEET-RL's pairs by what the critic preferred: a page over a question, a question over a page, or
+    two replies of the same kind."""
+    kinds = {"page over question": 0, "question over page": 0, "same kind": 0}
+    for _, row in read_jsonl(os.path.join(policy_folder, "pairs.jsonl"), allow_empty=True):
+        chosen, rejected = (html_page(row[side][0]["content"]) is not None for side in ("chosen", "rejected"))
+        kinds["page over question" if chosen > rejected else "question over page" if rejected > chosen
+              else "same kind"] += 1
+    return kinds
+
+
 def frontend_run(run, s):
     """The chain on frontend tasks: the warm start on scripted dialogues of training tasks, offline data on
-    other training tasks, the critic with c (the reference page), SWEET-RL, and both agents on the test
-    tasks: the mean image score, its paired difference, and the win rate of SWEET-RL over the start."""
+    other training tasks, the critic with c (the reference page), SWEET-RL; then both agents and both scripts
+    on the test tasks: the mean image score, each one's paired difference from the start and win rate, how
+    often each asks before writing and what its pages score after asking and at once."""
     shared_steps(run, s, ["critic_with_c"], kind="frontend")
     train_agent(run, s, "sweet", run.path("policy_sweet"), s["demo_fraction"], critic=run.path("critic_with_c"))
-    agents = {"zero-shot": run.path("warm"), "sweet": run.path("policy_sweet")}
-    for agent, policy in agents.items():
-        play(run, s, agent, policy, run.path("test_tasks.jsonl"), s["test_samples"], f"test_{agent}")
+    agents = {**FRONTEND_SCRIPTS, "zero-shot": run.path("warm"), "sweet": run.path("policy_sweet")}
+    for agent, policy in agents.items():  # a script plays every sample alike: one each
+        samples = 1 if agent in FRONTEND_SCRIPTS else s["test_samples"]
+        play(run, s, agent, policy, run.path("test_tasks.jsonl"), samples, f"test_{agent}")
     run.stage("report", "-m", "harness.report", run.path("test_sweet.scored.jsonl"), "--policy",
               run.path("policy_sweet"), "--max-dialogues", "6", "--screenshots", "2", "--out", run.path("report.html"),
               done_when=run.path("report.html"))
-    scores = {agent: {(t["task_id"], t["sample_idx"]): t["reward"]
-                      for t in load_trajectories(run.path(f"test_{agent}.scored.jsonl"))} for agent in agents}
-    rewards = {agent: {} for agent in agents}  # {agent: {task: [reward, ...]}}
-    for agent, by_sample in scores.items():
-        for (task_id, _), reward in by_sample.items():
-            rewards[agent].setdefault(task_id, []).append(reward)
-    # task -> [SWEET-RL's win (1), tie (1/2) or loss (0) against the start, by mean score]
-    by_task = {t: [o] for t, o in task_outcomes(rewards["sweet"], rewards["zero-shot"]).items()}
-    image_score = {t.get("image_score") for t in load_trajectories(run.path("test_sweet.scored.jsonl"))}
-    results = {"image_score": sorted(image_score), "test_dialogues": {a: len(v) for a, v in scores.items()},
+    played = {agent: load_trajectories(run.path(f"test_{agent}.scored.jsonl")) for agent in agents}
+    scores = {agent: {critic_stage.trajectory_id(t): t["reward"] for t in played[agent]} for agent in agents}
+
+    def win_rate(agent):  # by task: a win (1), tie (1/2) or loss (0) against the start, by mean score
+        rewards = {}
+        for a in (agent, "zero-shot"):
+            rewards[a] = {}
+            for (task_id, _), reward in scores[a].items():
+                rewards[a].setdefault(task_id, []).append(reward)
+        by_task = {t: [o] for t, o in task_outcomes(rewards[agent], rewards["zero-shot"]).items()}
+        return [sum(w for w, in by_task.values()) / len(by_task), *bootstrap_mean_ci(by_task)]
+    critic = json.load(open(run.path("critic_with_c", "metrics.json")))
+    others = [a for a in agents if a != "zero-shot"]
+    results = {"image_score": sorted({t.get("image_score") for t in played["sweet"]}),
+               "test_tasks": len(load_tasks(run.path("test_tasks.jsonl"))),
+               "test_dialogues": {a: len(v) for a, v in scores.items()},
                "mean_score": {a: sum(v.values()) / len(v) for a, v in scores.items()},
-               "vs_zero-shot": {"sweet": paired_difference(scores["sweet"], scores["zero-shot"])},
-               "win_rate_vs_zero-shot": [sum(w for w, in by_task.values()) / len(by_task),
-                                         *bootstrap_mean_ci(by_task)],
+               "vs_zero-shot": {a: paired_difference(scores[a], scores["zero-shot"]) for a in others},
+               "win_rate_vs_zero-shot": {a: win_rate(a) for a in others},
+               "scripts_gap": paired_difference(scores["script-ask-then-write"], scores["script-page-at-once"]),
+               **{key: {a: page_asking(played[a])[key] for a in agents}
+                  for key in ("ask_first_share", "after_asking", "at_once", "subjects_told")},
+               "critic_with_c": {"pair_accuracy": critic["after"]["pair_accuracy"],
+                                 "ci95": critic["after"]["pair_accuracy_ci95"], "pairs": critic["eval_pairs"],
+                                 "tasks": critic["eval_tasks"]},
+               "sweet_pairs": ranked_pairs(run.path("policy_sweet")),
                "stage_seconds": run.seconds, "settings": s}
     with open(run.path("results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    difference, rate = results["vs_zero-shot"]["sweet"], results["win_rate_vs_zero-shot"]
-    text = "\n".join([
-        f"held-out frontend test tasks: {len(by_task)}; image score: {', '.join(results['image_score'])}", "",
-        "| agent | dialogues | mean image score |", "|---|---|---|",
-        *(f"| {NAMES[a]} | {results['test_dialogues'][a]} | {results['mean_score'][a]:.4f} |" for a in agents),
-        f"\nSWEET-RL - starting policy: {difference[0]:+.4f} mean image score, 95% CI [{difference[1]:+.4f}, "
-        f"{difference[2]:+.4f}] (paired samples, bootstrap over tasks)",
-        f"SWEET-RL's win rate over the starting policy: {pct(rate[0])}%, 95% CI [{pct(rate[1])}, {pct(rate[2])}] "
-        f"({len(by_task)} tasks, ties count half)",
-        "", minutes(run.seconds)])
+    text = frontend_table(results) + "\n\n" + dialogues(run, ["zero-shot", "sweet"], chars=600)
     with open(run.path("results.md"), "w") as f:
         f.write(text + "\n")
     print(f"\nfrontend run finished; everything is in {run.folder}/ (report.html: pages as screenshots)\n\n{text}")
+
+
+def frontend_table(r):
+    """The closing tables of the frontend run, as Markdown."""
+    def score(group):
+        return "-" if group is None else f"{group[0]:.4f} ({group[1]})"
+    lines = [f"held-out frontend test tasks: {r['test_tasks']}; image score: {', '.join(r['image_score'])}", "",
+             "| agent | dialogues | mean image score | minus the starting policy (95% CI) | win rate over it % "
+             "(95% CI) | asks before writing % | after asking (dialogues) | at once (dialogues) | subjects told |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for a in r["mean_score"]:
+        versus = "-" if a == "zero-shot" else "{:+.4f} [{:+.4f}, {:+.4f}]".format(*r["vs_zero-shot"][a])
+        wins = "-" if a == "zero-shot" else "{} [{}, {}]".format(*map(pct, r["win_rate_vs_zero-shot"][a]))
+        lines.append(f"| {NAMES[a]} | {r['test_dialogues'][a]} | {r['mean_score'][a]:.4f} | {versus} | {wins} | "
+                     f"{pct(r['ask_first_share'][a])} | {score(r['after_asking'][a])} | {score(r['at_once'][a])} | "
+                     f"{r['subjects_told'][a]:.2f} |")
+    gap, c, p = r["scripts_gap"], r["critic_with_c"], r["sweet_pairs"]
+    lines += ["", "(differences: the same tasks and sample indices for both agents, bootstrap over tasks; win rate by "
+                  "task, ties half. After asking: dialogues whose first reply shows no page; at once: the others)",
+              "", "the room, asking script - page-at-once script: {:+.4f} [{:+.4f}, {:+.4f}]".format(*gap),
+              f"critic with c (the reference page): held-out pair accuracy {c['pair_accuracy']:.3f} "
+              f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] on {c['pairs']} pairs of {c['tasks']} tasks",
+              f"SWEET-RL's pairs, as its critic ranked the candidates: {p['page over question']} put a page over a "
+              f"question, {p['question over page']} a question over a page, {p['same kind']} two of a kind",
+              "", minutes(r["stage_seconds"])]
+    return "\n".join(lines)
 
 
 def main():
