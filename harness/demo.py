@@ -598,7 +598,7 @@ def frontend_table(r):
     lines += ["", "(differences: the same tasks and sample indices for both agents, bootstrap over tasks; win rate by "
                   "task, ties half. After asking: dialogues whose first reply shows no page; at once: the others)",
               "", "the room, asking script - page-at-once script: {:+.4f} [{:+.4f}, {:+.4f}]".format(*gap),
-              f"critic with c (the reference page): held-out pair accuracy {c['pair_accuracy']:.3f} "
+              f"critic with c: held-out pair accuracy {c['pair_accuracy']:.3f} "
               f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] on {c['pairs']} pairs of {c['tasks']} tasks",
               f"SWEET-RL's pairs, as its critic ranked the candidates: {p['page over question']} put a page over a "
               f"question, {p['question over page']} a question over a page, {p['same kind']} two of a kind",
