@@ -2632,7 +2632,7 @@ def test_frontend_run_keeps_warm_start_rl_and_test_pages_apart(tmp_path):
 
 
 def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_page_over_question_pairs(tmp_path):
-    from harness.demo import page_asking, ranked_pairs
+    from harness.demo import frontend_table, page_asking, ranked_pairs
     task = frontend_tasks("test")[0]
     page, question = f"{ANSWER_MARKER}\n{PAGE}", "What colors and what layout do you want?"
 
@@ -2657,6 +2657,19 @@ def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_p
                 [{"chosen": reply(page), "rejected": reply(question)}] * 3
                 + [{"chosen": reply(question), "rejected": reply(page)}, {"chosen": reply(page), "rejected": reply(page)}])
     assert ranked_pairs(str(tmp_path / "policy")) == {"page over question": 3, "question over page": 1, "same kind": 1}
+    # The table: a row per agent, the start's without differences; the room, the critic, the pairs.
+    agents = ("zero-shot", "sweet")
+    r = {"test_tasks": 2, "image_score": ["edge-color"], "test_dialogues": dict.fromkeys(agents, 4),
+         "mean_score": {"zero-shot": 0.1, "sweet": 0.2}, "vs_zero-shot": {"sweet": [0.1, 0.05, 0.15]},
+         "win_rate_vs_zero-shot": {"sweet": [0.75, 0.5, 1.0]}, "scripts_gap": [0.09, 0.07, 0.12],
+         "ask_first_share": dict.fromkeys(agents, 0.5), "after_asking": {"zero-shot": None, "sweet": [0.4, 2]},
+         "at_once": dict.fromkeys(agents, [0.05, 2]), "subjects_told": dict.fromkeys(agents, 1.0),
+         "critic_with_c": {"pair_accuracy": 0.6, "ci95": [0.5, 0.7], "pairs": 50, "tasks": 10},
+         "sweet_pairs": {"page over question": 0, "question over page": 3, "same kind": 5}, "stage_seconds": {"x": 60}}
+    text = frontend_table(r)
+    assert "| starting policy (warm start) | 4 | 0.1000 | - | - | 50.0 | - | 0.0500 (2) | 1.00 |" in text
+    assert "| SWEET-RL | 4 | 0.2000 | +0.1000 [+0.0500, +0.1500] | 75.0 [50.0, 100.0] | 50.0 | 0.4000 (2) |" in text
+    assert "0.600 [0.500, 0.700] on 50 pairs of 10 tasks" in text and "3 a question over a page" in text
 
 
 # ======================== 10. README.md and docs/: the map from the paper to the code, the departures

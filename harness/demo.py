@@ -404,7 +404,8 @@ def dialogues(run, agents, tasks=6, chars=300):
         for task_id in chosen:
             t = played[task_id]
             outcome = f"success {t['success']}" if task_kind(t["task"]) == "backend" else f"score {t['reward']:.4f}"
-            lines += ["", f"**{task_id}** ({t['task'].get('family', '')}), {outcome}:"]
+            family = f" ({t['task']['family']})" if t["task"].get("family") else ""
+            lines += ["", f"**{task_id}**{family}, {outcome}:"]
             lines += [f"- {'agent' if turn['role'] == 'assistant' else 'human'}: "
                       + " ".join(turn["content"].split())[:chars] for turn in t["dialogue_history"]]
     return "\n".join(lines)
@@ -533,7 +534,8 @@ def ranked_pairs(policy_folder):
 
 def frontend_run(run, s):
     """The chain on frontend tasks: the warm start on scripted dialogues of training tasks, offline data on
-    other training tasks, the critic with c (the reference page), SWEET-RL; then both agents and both scripts
+    other training tasks, the critic with c (with FRONTEND's page_facts, the reference page's facts), SWEET-RL;
+    then both agents and both scripts
     on the test tasks: the mean image score, each one's paired difference from the start and win rate, how
     often each asks before writing and what its pages score after asking and at once."""
     shared_steps(run, s, ["critic_with_c"], kind="frontend")
