@@ -560,6 +560,7 @@ def frontend_run(run, s):
         return [sum(w for w, in by_task.values()) / len(by_task), *bootstrap_mean_ci(by_task)]
     critic = json.load(open(run.path("critic_with_c", "metrics.json")))
     others = [a for a in agents if a != "zero-shot"]
+    asked = {agent: page_asking(played[agent]) for agent in agents}
     results = {"image_score": sorted({t.get("image_score") for t in played["sweet"]}),
                "test_tasks": len(load_tasks(run.path("test_tasks.jsonl"))),
                "test_dialogues": {a: len(v) for a, v in scores.items()},
@@ -567,7 +568,7 @@ def frontend_run(run, s):
                "vs_zero-shot": {a: paired_difference(scores[a], scores["zero-shot"]) for a in others},
                "win_rate_vs_zero-shot": {a: win_rate(a) for a in others},
                "scripts_gap": paired_difference(scores["script-ask-then-write"], scores["script-page-at-once"]),
-               **{key: {a: page_asking(played[a])[key] for a in agents}
+               **{key: {a: asked[a][key] for a in agents}
                   for key in ("ask_first_share", "after_asking", "at_once", "subjects_told")},
                "critic_with_c": {"pair_accuracy": critic["after"]["pair_accuracy"],
                                  "ci95": critic["after"]["pair_accuracy_ci95"], "pairs": critic["eval_pairs"],
