@@ -5,9 +5,9 @@ empty profile, the network blocked (every host name resolves to nothing, so a pa
 script from a CDN renders without it instead of waiting for it) and a hard timeout: a page that
 does not finish in time, crashes chromium or writes no screenshot is a black 224 x 224 image, as in
 the official evaluator. The folder is removed afterwards. The simulated human sees the 1024 x 768
-window; the evaluator's screenshots are full pages (`full_page`): a first pass measures the page's
-height, a second takes the screenshot in a window that tall, since headless chromium's --screenshot
-has no full-page mode of its own. At most MAX_CONCURRENT_RENDERS chromium processes run at once per
+window; the evaluator's screenshots are full pages (`full_page`): headless chromium's --screenshot has
+no full-page mode of its own, so one launch takes the window's screenshot and measures the page's
+height (--dump-dom beside it), and only a page taller than the window is shot again, in a window that tall. At most MAX_CONCURRENT_RENDERS chromium processes run at once per
 Python process; screenshots of pages seen before come from a small cache.
 """
 import concurrent.futures
@@ -69,8 +69,11 @@ def render(html, width=WIDTH, height=HEIGHT, timeout=TIMEOUT_S, full_page=False)
     if not html or not html.strip():
         return blank_image(width, height)
     if full_page:
-        height = min(MAX_PAGE_HEIGHT, max(height, _page_height(html, width, height, timeout) or height))
-    png = _screenshot_png(html, width, height, timeout)
+        png, page_height = _screenshot_and_height(html, width, height, timeout)
+        if page_height and page_height > height:  # taller than the window: shot again in a window that tall
+            png = _screenshot_png(html, width, min(MAX_PAGE_HEIGHT, page_height), timeout)
+    else:
+        png = _screenshot_png(html, width, height, timeout)
     return Image.open(io.BytesIO(png)).convert("RGB") if png else failed_image()
 
 
@@ -80,37 +83,38 @@ def render_many(pages, width=WIDTH, height=HEIGHT, timeout=TIMEOUT_S, full_page=
         return list(pool.map(lambda page: render(page, width, height, timeout, full_page), pages))
 
 
-# Appended to a page to measure it: once it has loaded, the height of its document goes into the DOM.
+# Appended to a page to measure it: once it has loaded, the height of its document goes into the DOM (it
+# changes nothing the screenshot shows).
 MEASURE = ("<script>addEventListener('load', function () { document.documentElement.setAttribute("
            "'data-page-height', Math.ceil(document.documentElement.scrollHeight)) })</script>")
 
 
 @functools.lru_cache(maxsize=256)
-def _page_height(html, width, height, timeout):
-    """The page's height in pixels in a width x height window, read from chromium's --dump-dom; None on failure."""
-    dom = _chromium(html + MEASURE, width, height, timeout, "--dump-dom")
+def _screenshot_and_height(html, width, height, timeout):
+    """One launch: PNG bytes of the page's screenshot in a width x height window, and the page's height in
+    pixels read from --dump-dom (each None on failure)."""
+    png, dom = _chromium(html + MEASURE, width, height, timeout, dump_dom=True)
     found = re.search(rb'data-page-height="(\d+)"', dom or b"")
-    return int(found.group(1)) if found else None
+    return png, int(found.group(1)) if found else None
 
 
 @functools.lru_cache(maxsize=256)  # the reference page is rendered again at every turn otherwise
 def _screenshot_png(html, width, height, timeout):
     """PNG bytes of the page's screenshot, or None when chromium fails or runs out of time."""
-    return _chromium(html, width, height, timeout, "--screenshot")
+    return _chromium(html, width, height, timeout)[0]
 
 
-def _chromium(html, width, height, timeout, mode):
-    """What chromium makes of the page in `mode`: --screenshot's PNG bytes, or --dump-dom's output; None when
-    chromium fails, runs out of time or writes nothing."""
+def _chromium(html, width, height, timeout, dump_dom=False):
+    """The page's --screenshot PNG bytes and, with `dump_dom`, its --dump-dom output: each None when chromium
+    fails, runs out of time or writes nothing."""
     binary = chromium_binary()
     with _slots, tempfile.TemporaryDirectory(prefix="colbench-render-", ignore_cleanup_errors=True) as folder:
         page = pathlib.Path(folder, "page.html")
         page.write_text(html, encoding="utf-8")
         screenshot = pathlib.Path(folder, "screenshot.png")
         output = pathlib.Path(folder, "output")
-        argument = f"--screenshot={screenshot}" if mode == "--screenshot" else mode
         command = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={folder}/profile", f"--window-size={width},{height}",
-                   argument, page.as_uri()]
+                   f"--screenshot={screenshot}", *(["--dump-dom"] if dump_dom else []), page.as_uri()]
         # A session of its own, so a timeout kills chromium's whole process tree, not only its launcher.
         with open(output, "wb") as stdout:
             process = subprocess.Popen(command, stdout=stdout, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -119,13 +123,13 @@ def _chromium(html, width, height, timeout, mode):
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-                return None
+                return None, None
             finally:
                 try:  # helpers that outlive a finished launcher go too
                     os.killpg(process.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        result = screenshot if mode == "--screenshot" else output
-        if process.returncode != 0 or not result.exists() or result.stat().st_size == 0:
-            return None
-        return result.read_bytes()
+        if process.returncode != 0:
+            return None, None
+        return tuple(path.read_bytes() if path.exists() and path.stat().st_size else None
+                     for path in (screenshot, output))
