@@ -2228,8 +2228,10 @@ def test_frontend_warm_start_varies_turn_by_turn_and_writes_only_what_it_was_tol
     for topic, names in PAGE_SUBJECTS.items():  # the words of each subject name it alone
         assert all(frontend.topics_asked(q.format(name)) == [topic] for q in PAGE_QUESTIONS for name in names)
     rng = random.Random(0)
-    rows = [frontend_dialogue(task, 0, rng) for task in frontend_tasks("train")[:40]]
-    turns = Counter(sum(turn["role"] == "assistant" for turn in r["dialogue_history"]) for r in rows)
+    rows = [frontend_dialogue(task, 0, rng) for task in frontend_tasks("train")[:60]]
+    def turns_of(row):
+        return sum(turn["role"] == "assistant" for turn in row["dialogue_history"])
+    turns = Counter(turns_of(r) for r in rows)
     replies = [(r, turn["content"]) for r in rows for turn in r["dialogue_history"][2:] if turn["role"] == "user"]
 
     def subjects_told(row, reply):  # how many subjects one reply of the human told
@@ -2239,6 +2241,13 @@ def test_frontend_warm_start_varies_turn_by_turn_and_writes_only_what_it_was_tol
     assert subjects_per_reply[1] >= 5 and subjects_per_reply[2] >= 5  # asking about one subject, or two at once
     assert any(reply.startswith(frontend.NOTHING_ASKED) for _, reply in replies)  # asking about nothing in particular
     assert any("should" in reply and "Colors:" not in reply for _, reply in replies)  # a page shown, compared
+    late = [r for r in rows if not r["dialogue_history"][-1]["content"].startswith(ANSWER_MARKER)]
+    for r in late:  # asked once more at its last turn: too late, its answer the page it showed, if any
+        assert turns_of(r) == 3 and html_page(r["dialogue_history"][-1]["content"]) is None
+        assert r["answer"] == next((html_page(turn["content"]) for turn in r["dialogue_history"][::-1]
+                                    if turn["role"] == "assistant" and html_page(turn["content"])), "")
+    assert 1 <= len(late) <= 0.3 * len(rows)
+    rows = [r for r in rows if r not in late]
     as_told = 0
     for r in rows:
         told = frontend.topics_told(r["task"], r["dialogue_history"])
