@@ -33,10 +33,10 @@ AGENTS = {"scripted:fixed": "backend", "scripted:by-subject": "backend",
 FIXED_REQUEST = "Could you tell me more about what you need?"
 # What a page has that nobody said: the sections most sites have, in the palette and layout that scored best as
 # one page for every task (of the shipped palettes and the four layouts, on the 30 training tasks the frontend
-# demo leaves unused: sand and terracotta 0.142 in one column, white 0.110; as cards 0.153). Measured with the
-# page of 3d6b00d, which had a footer; compact_page lost it (and its head and body tags) for 11% fewer tokens, the
-# same 30 tasks choosing: the generic page 0.152 -> 0.117, the page of colors, layout, sections and menu told
-# 0.240 -> 0.223, their gap +0.087 -> +0.106 (28 of 30 tasks), 295 -> 263 tokens on average.
+# demo leaves unused: sand and terracotta 0.142 in one column, white 0.110; as cards 0.153). This and ASKED_TOPICS
+# were measured with the page of 3d6b00d, which had a footer; compact_page lost it (and its head and body tags)
+# for 11% fewer tokens, the same 30 tasks choosing: the generic page 0.152 -> 0.117, the page of colors, layout,
+# sections and menu told 0.240 -> 0.223, their gap +0.087 -> +0.106 (28 of 30 tasks), 295 -> 263 tokens.
 GENERIC_FACTS = {"colors": {"background": "#f4e9d8", "text": "#3e2c23", "headings": "#c0583a", "header": "#c0583a"},
                  "font": "sans-serif", "layout": "cards", "menu": ["Home", "About Us", "Services", "Contact"],
                  "sections": ["About Us", "Services", "Contact"], "title": "Welcome"}

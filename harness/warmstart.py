@@ -22,8 +22,9 @@ names none, and compares a page shown with its own. The final page is colbench/s
 `compact_page` of what was told, the generic page's values for the rest (never the reference's: nothing
 to memorize), with a told color miscopied now and then (SLIP). Now and then the script answers too late:
 at its last turn it asks once more (LAST_TURN_QUESTION), and the dialogue ends with no page but one it
-showed. Without that, no offline dialogue shows what a question at the last turn costs, and SWEET-RL
-learned to ask there (docs/RESULTS.md, 2026-11-26).
+showed. It is meant to let the offline data show what a question at the last turn costs, which SWEET-RL
+otherwise learns to ask; at 0.2 it did not reach them: the warm-started policy never asked at its last
+turn in 120 sampled dialogues (docs/RESULTS.md, 2026-11-26).
 """
 import argparse
 import random
@@ -52,7 +53,7 @@ PAGE_SUBJECTS = {"colors": ["colors", "color scheme", "palette", "colours"], "fo
 PAGE_QUESTIONS = ["What {} do you want?", "Which {} should it have?", "Could you tell me the {}?", "How about the {}?",
                   "What should the {} be?", "Tell me about the {}."]
 SHOW_PAGE = ["Here is a first draft: {} How does it look?", "How about this? {}", "Is this close? {}"]
-LAST_TURN_QUESTION = 0.2  # the chance that a frontend dialogue that reaches its last turn asks there instead
+LAST_TURN_QUESTION = 0.2  # the chance that a frontend dialogue that reaches its last turn asks there (not validated)
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 
 
