@@ -7,8 +7,9 @@ does not finish in time, crashes chromium or writes no screenshot is a black 224
 the official evaluator. The folder is removed afterwards. The simulated human sees the 1024 x 768
 window; the evaluator's screenshots are full pages (`full_page`): headless chromium's --screenshot has
 no full-page mode of its own, so one launch takes the window's screenshot and measures the page's
-height (--dump-dom beside it), and only a page taller than the window is shot again, in a window that tall. At most MAX_CONCURRENT_RENDERS chromium processes run at once per
-Python process; screenshots of pages seen before come from a small cache.
+height (--dump-dom beside it), and only a page taller than the window is shot again, in a window that
+tall. At most MAX_CONCURRENT_RENDERS chromium processes run at once per Python process; screenshots of
+pages seen before come from a small cache.
 """
 import concurrent.futures
 import functools
