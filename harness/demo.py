@@ -535,9 +535,9 @@ def ranked_pairs(policy_folder):
 def frontend_run(run, s):
     """The chain on frontend tasks: the warm start on scripted dialogues of training tasks, offline data on
     other training tasks, the critic with c (with FRONTEND's page_facts, the reference page's facts), SWEET-RL;
-    then both agents and both scripts
-    on the test tasks: the mean image score, each one's paired difference from the start and win rate, how
-    often each asks before writing and what its pages score after asking and at once."""
+    then both agents and both scripts on the test tasks: the mean image score, each one's paired difference
+    from the start and win rate, how often each asks before writing and what its pages score after asking
+    and at once."""
     shared_steps(run, s, ["critic_with_c"], kind="frontend")
     train_agent(run, s, "sweet", run.path("policy_sweet"), s["demo_fraction"], critic=run.path("critic_with_c"))
     agents = {**FRONTEND_SCRIPTS, "zero-shot": run.path("warm"), "sweet": run.path("policy_sweet")}
@@ -550,12 +550,12 @@ def frontend_run(run, s):
     played = {agent: load_trajectories(run.path(f"test_{agent}.scored.jsonl")) for agent in agents}
     scores = {agent: {critic_stage.trajectory_id(t): t["reward"] for t in played[agent]} for agent in agents}
 
+    rewards = {agent: {} for agent in agents}  # {agent: {task: [reward, ...]}}
+    for agent, by_sample in scores.items():
+        for (task_id, _), reward in by_sample.items():
+            rewards[agent].setdefault(task_id, []).append(reward)
+
     def win_rate(agent):  # by task: a win (1), tie (1/2) or loss (0) against the start, by mean score
-        rewards = {}
-        for a in (agent, "zero-shot"):
-            rewards[a] = {}
-            for (task_id, _), reward in scores[a].items():
-                rewards[a].setdefault(task_id, []).append(reward)
         by_task = {t: [o] for t, o in task_outcomes(rewards[agent], rewards["zero-shot"]).items()}
         return [sum(w for w, in by_task.values()) / len(by_task), *bootstrap_mean_ci(by_task)]
     critic = json.load(open(run.path("critic_with_c", "metrics.json")))
