@@ -32,6 +32,7 @@ import torch
 from transformers import AutoTokenizer
 
 import colbench.data
+import colbench.render
 from colbench import frontend, stats
 from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
                           positive_int, require_server)
@@ -2125,6 +2126,25 @@ def test_frontend_full_page_screenshots_hold_the_whole_page():
     assert page.size == (1024, 1800) and page.getpixel((500, 1700)) == (0, 0, 255)
     short = render(PAGE, full_page=True)  # a short page: the window's height, shot in the launch that measured it
     assert short.size == (1024, 768) and short.tobytes() == render(PAGE).tobytes()
+
+
+def test_frontend_screenshots_folder_serves_a_later_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLBENCH_SCREENSHOTS", str(tmp_path))
+    page = "<html><body style='background:#123456'><h1>kept</h1></body></html>"
+    first = render(page, full_page=True)
+    assert len(list(tmp_path.glob("*.png"))) == 1 and not list(tmp_path.glob("*.part"))
+    colbench.render._screenshot_and_height.cache_clear()  # as in a new process: only the folder remembers
+
+    def no_chromium(*args):
+        raise AssertionError("chromium launched for a page the folder holds")
+    monkeypatch.setattr(colbench.render, "_launch", no_chromium)
+    again = render(page, full_page=True)
+    assert again.size == first.size and again.tobytes() == first.tobytes()
+    monkeypatch.undo()
+    monkeypatch.setenv("COLBENCH_SCREENSHOTS", str(tmp_path))
+    hanging = "<html><body><script>while (true) {}</script></body></html>"
+    assert render(hanging, full_page=True, timeout=2).size == (224, 224)  # a failure is not kept
+    assert len(list(tmp_path.glob("*.png"))) == 1
 
 
 # --- the protocol and the simulated human

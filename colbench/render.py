@@ -9,10 +9,13 @@ window; the evaluator's screenshots are full pages (`full_page`): headless chrom
 no full-page mode of its own, so one launch takes the window's screenshot and measures the page's
 height (--dump-dom beside it), and only a page taller than the window is shot again, in a window that
 tall. At most MAX_CONCURRENT_RENDERS chromium processes run at once per Python process; screenshots of
-pages seen before come from a small cache.
+pages seen before come from a small cache, and where $COLBENCH_SCREENSHOTS names a folder, from the files
+that earlier processes left there (the frontend run's scoring renders each test task's reference page
+once, not once per agent).
 """
 import concurrent.futures
 import functools
+import hashlib
 import io
 import os
 import pathlib
@@ -107,7 +110,27 @@ def _screenshot_png(html, width, height, timeout):
 
 def _chromium(html, width, height, timeout, dump_dom=False):
     """The page's --screenshot PNG bytes and, with `dump_dom`, its --dump-dom output: each None when chromium
-    fails, runs out of time or writes nothing."""
+    fails, runs out of time or writes nothing. Read from $COLBENCH_SCREENSHOTS where an earlier launch left
+    them; a failure is not kept there (a timeout may pass on another try)."""
+    folder = os.environ.get("COLBENCH_SCREENSHOTS")
+    if not folder:
+        return _launch(html, width, height, timeout, dump_dom)
+    key = hashlib.sha256(f"{width}x{height} {dump_dom}\n{html}".encode()).hexdigest()
+    files = [pathlib.Path(folder, key + suffix) for suffix in (".png", ".dom")]
+    if all(path.exists() for path in files):
+        return tuple(path.read_bytes() or None for path in files)
+    found = _launch(html, width, height, timeout, dump_dom)
+    if found[0]:
+        os.makedirs(folder, exist_ok=True)
+        for path, content in zip(files, found):  # whole files only: written aside, then renamed
+            part = path.with_suffix(f".{os.getpid()}.part")
+            part.write_bytes(content or b"")
+            os.replace(part, path)
+    return found
+
+
+def _launch(html, width, height, timeout, dump_dom):
+    """One chromium process: _chromium's two outputs."""
     binary = chromium_binary()
     with _slots, tempfile.TemporaryDirectory(prefix="colbench-render-", ignore_cleanup_errors=True) as folder:
         page = pathlib.Path(folder, "page.html")
