@@ -63,10 +63,11 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 # edge-color score. Pages are longer than functions: fewer dialogues, longer replies, a longer critic view.
 # The critic's c, the page's facts (page_facts), not its HTML: on the 30 validation tasks (2026-11-26, the
 # starting policy's 120 dialogues, half the tasks held out) held-out pair accuracy 0.578 in 343 s, against the
-# HTML's 0.522 in 510 s and turn-sum's 0.522: docs/RESULTS.md.
+# HTML's 0.522 in 510 s and turn-sum's 0.522. The policy's learning rate, the backend's 1e-5: on the same 30 tasks
+# (2026-11-26, the 4c86a57 run's critic and candidates) SWEET-RL minus the starting policy -0.031 against 2e-5's
+# -0.074 (docs/RESULTS.md).
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, rl_tasks=30, samples=4, test_samples=3, max_new_tokens=384,
-                critic_max_length=2048, page_facts=True, demo_fraction=0.25, candidates=4, batch_size=128,
-                policy_lr=2e-5)
+                critic_max_length=2048, page_facts=True, demo_fraction=0.25, candidates=4, batch_size=128)
 
 
 PARSERS = {"rollout.py": rollout.parser, "critic.py": critic_stage.parser, "policy.py": policy_stage.parser,
@@ -537,7 +538,9 @@ def frontend_run(run, s):
     other training tasks, the critic with c (with FRONTEND's page_facts, the reference page's facts), SWEET-RL;
     then both agents and both scripts on the test tasks: the mean image score, each one's paired difference
     from the start and win rate, how often each asks before writing and what its pages score after asking
-    and at once."""
+    and at once. The stages keep their screenshots in the run's screenshots/ folder, each for the next
+    (colbench/render.py): a test task's reference page is rendered once, not once per agent."""
+    os.environ.setdefault("COLBENCH_SCREENSHOTS", run.path("screenshots"))
     shared_steps(run, s, ["critic_with_c"], kind="frontend")
     train_agent(run, s, "sweet", run.path("policy_sweet"), s["demo_fraction"], critic=run.path("critic_with_c"))
     agents = {**FRONTEND_SCRIPTS, "zero-shot": run.path("warm"), "sweet": run.path("policy_sweet")}
