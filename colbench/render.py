@@ -123,7 +123,7 @@ def _chromium(html, width, height, timeout, dump_dom=False):
     if found[0]:
         os.makedirs(folder, exist_ok=True)
         for path, content in zip(files, found):  # whole files only: written aside, then renamed
-            part = path.with_suffix(f".{os.getpid()}.part")
+            part = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.part")
             part.write_bytes(content or b"")
             os.replace(part, path)
     return found
