@@ -2137,11 +2137,10 @@ def test_frontend_screenshots_folder_serves_a_later_process(tmp_path, monkeypatc
 
     def no_chromium(*args):
         raise AssertionError("chromium launched for a page the folder holds")
-    monkeypatch.setattr(colbench.render, "_launch", no_chromium)
-    again = render(page, full_page=True)
+    with monkeypatch.context() as patched:
+        patched.setattr(colbench.render, "_launch", no_chromium)
+        again = render(page, full_page=True)
     assert again.size == first.size and again.tobytes() == first.tobytes()
-    monkeypatch.undo()
-    monkeypatch.setenv("COLBENCH_SCREENSHOTS", str(tmp_path))
     hanging = "<html><body><script>while (true) {}</script></body></html>"
     assert render(hanging, full_page=True, timeout=2).size == (224, 224)  # a failure is not kept
     assert len(list(tmp_path.glob("*.png"))) == 1
