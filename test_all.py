@@ -2124,7 +2124,12 @@ def test_frontend_full_page_screenshots_hold_the_whole_page():
     window, page = render(tall), render(tall, full_page=True)
     assert window.size == (1024, 768) and window.getpixel((500, 700)) == (0, 255, 0)  # the blue is below the window
     assert page.size == (1024, 1800) and page.getpixel((500, 1700)) == (0, 0, 255)
-    short = render(PAGE, full_page=True)  # a short page: the window's height, shot in the launch that measured it
+    screen = ("<html><body style='margin:0'><div style='min-height:100vh;background:#00ff00'></div>"
+              "<footer style='height:50px;background:#0000ff'></footer></body></html>")
+    below = render(screen, full_page=True)  # laid out in the window: 100vh is 768, the footer below it shows
+    assert below.size == (1024, 818) and below.getpixel((500, 760)) == (0, 255, 0)
+    assert below.getpixel((500, 800)) == (0, 0, 255)
+    short = render(PAGE, full_page=True)  # a short page: the window's height, shot once
     assert short.size == (1024, 768) and short.tobytes() == render(PAGE).tobytes()
 
 
@@ -2133,12 +2138,12 @@ def test_frontend_screenshots_folder_serves_a_later_process(tmp_path, monkeypatc
     page = "<html><body style='background:#123456'><h1>kept</h1></body></html>"
     first = render(page, full_page=True)
     assert len(list(tmp_path.glob("*.png"))) == 1 and not list(tmp_path.glob("*.part"))
-    colbench.render._screenshot_and_height.cache_clear()  # as in a new process: only the folder remembers
+    colbench.render._screenshot.cache_clear()  # as in a new process: only the folder remembers
 
     def no_chromium(*args):
         raise AssertionError("chromium launched for a page the folder holds")
     with monkeypatch.context() as patched:
-        patched.setattr(colbench.render, "_launch", no_chromium)
+        patched.setattr(colbench.render, "_shoot", no_chromium)
         again = render(page, full_page=True)
     assert again.size == first.size and again.tobytes() == first.tobytes()
     hanging = "<html><body><script>while (true) {}</script></body></html>"
