@@ -7,8 +7,8 @@ before), with the network blocked (every host name resolves to nothing, so a pag
 CDN renders without it instead of waiting for it) and a hard timeout: a page that does not load in time,
 crashes chromium or gives no screenshot is a black 224 x 224 image, as in the official evaluator, and a
 chromium that ran out of time is killed (the next page starts another). Starting chromium once, not once a
-page: 0.28 s a page instead of about 1.6 (2026-11-27; a page within the window gets the same pixels). The
-simulated human sees the 1024 x 768 window; the evaluator's screenshots are full pages (`full_page`): all
+page: 0.35 s a page instead of 1.54, side by side (2026-11-27; a page within the window keeps its pixels).
+The simulated human sees the 1024 x 768 window; the evaluator's screenshots are full pages (`full_page`): all
 of a page taller than the window, laid out in the window (a `min-height: 100vh` block and the footer below
 it both show), as the official evaluator's Firefox takes them. At most MAX_CONCURRENT_RENDERS chromium
 processes run at once per Python process; screenshots of pages seen before come from a small cache, and
