@@ -2661,7 +2661,7 @@ def test_frontend_run_keeps_warm_start_rl_and_test_pages_apart(tmp_path):
     files = {name: load_tasks(str(tmp_path / f"{name}_tasks.jsonl")) for name in ("warm", "train", "valid", "test")}
     pages = {name: {t["ground_truth"] for t in tasks} for name, tasks in files.items()}
     assert all(not pages[a] & pages[b] for a in pages for b in pages if a < b)
-    assert [len(files[name]) for name in ("warm", "train", "valid", "test")] == [60, 30, 30, 40]
+    assert [len(files[name]) for name in ("warm", "train", "valid", "test")] == [60, 24, 36, 40]
     training = {t["ground_truth"] for t in frontend_tasks("train")}
     assert pages["warm"] | pages["train"] | pages["valid"] == training  # validation: the training tasks left over
 
