@@ -131,18 +131,20 @@ class Browser:
     browser context, waits for its load event, measures it, shoots it and closes the context."""
 
     def __init__(self):
+        binary = chromium_binary()  # ChromiumMissing before anything is made
         self.folder = tempfile.mkdtemp(prefix="colbench-render-")  # the profile and the page files
         self.pages, self.next_id, self.received, self.events = 0, 0, b"", []
         commands_read, commands_write = os.pipe()  # chromium reads commands on its fd 3 ...
         replies_read, replies_write = os.pipe()    # ... and writes replies and events on its fd 4
-        command = [chromium_binary(), *CHROMIUM_FLAGS, f"--user-data-dir={self.folder}/profile",
+        command = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={self.folder}/profile",
                    f"--window-size={WIDTH},{HEIGHT}", "--remote-debugging-pipe", "about:blank"]
         # The shell moves the pipes from stdin and stdout to fds 3 and 4; a session of its own, so that a
         # kill takes chromium's whole process tree, not only its launcher.
         self.process = subprocess.Popen(["sh", "-c", 'exec "$@" 3<&0 4>&1 </dev/null >/dev/null', "sh", *command],
                                         stdin=commands_read, stdout=replies_write, stderr=subprocess.DEVNULL,
                                         start_new_session=True)
-        os.close(commands_read), os.close(replies_write)
+        os.close(commands_read)  # chromium's ends: its own now
+        os.close(replies_write)
         self.commands, self.replies, self.closed = commands_write, replies_read, False
         atexit.register(self.close)
         try:
@@ -163,7 +165,8 @@ class Browser:
         except ProcessLookupError:
             pass
         self.process.wait()
-        os.close(self.commands), os.close(self.replies)
+        os.close(self.commands)
+        os.close(self.replies)
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def send(self, method, params=None, session=None, deadline=None):
