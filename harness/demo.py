@@ -67,8 +67,8 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 # (2026-11-27, the 46c503a run's critic and candidates) SWEET-RL minus the starting policy -0.002 [-0.013, +0.010]
 # against 5e-6's -0.009 and 1e-5's -0.015; the less it trains, the less it breaks its pages (docs/RESULTS.md).
 # SWEET-RL's share of the offline dialogues (demo_fraction, its time budget), 0.1: on the 30 validation tasks
-# of 2026-11-26 (the 63f7dac run's critic) -0.007 [-0.017, +0.002] against 0.25's -0.030, in 391 s against 821. The offline
-# data on 24 training tasks, not 30: 30 took 30.0 and 30.3 minutes (docs/RESULTS.md).
+# of 2026-11-26 (the 63f7dac run's critic) -0.007 [-0.017, +0.002] against 0.25's -0.030, in 391 s against 821.
+# The offline data on 24 training tasks, not 30: 30 took 30.0 and 30.3 minutes (docs/RESULTS.md).
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, rl_tasks=24, samples=4, test_samples=3, max_new_tokens=384,
                 critic_max_length=2048, page_facts=True, demo_fraction=0.1, candidates=4, policy_lr=2.5e-6,
                 batch_size=128)
