@@ -7,6 +7,7 @@ design, torchrun, the report.
 """
 import argparse
 import ast
+import atexit
 from collections import Counter
 import glob
 import http.server
@@ -2116,6 +2117,16 @@ def test_frontend_render_page_and_broken_pages():
     hanging = render("<html><body style='background:red'><script>while (true) {}</script></body></html>", timeout=2)
     assert hanging.size == (224, 224) and hanging.getextrema() == ((0, 0),) * 3      # fails: the official black
     assert render("").getextrema() == ((255, 255),) * 3                               # an empty page is white
+
+
+def test_frontend_a_closed_browser_is_gone_and_leaves_no_exit_callback(monkeypatch):
+    at_exit = []  # the callbacks registered with atexit while the test runs, less those unregistered
+    monkeypatch.setattr(atexit, "register", at_exit.append)
+    monkeypatch.setattr(atexit, "unregister", at_exit.remove)
+    browser = colbench.render.Browser()
+    assert browser.alive() and at_exit == [browser.close]
+    browser.close()
+    assert not browser.alive() and at_exit == [] and not os.path.exists(browser.folder)
 
 
 def test_frontend_full_page_screenshots_hold_the_whole_page():

@@ -160,6 +160,7 @@ class Browser:
         if self.closed:
             return
         self.closed = True
+        atexit.unregister(self.close)  # a browser killed by a hanging page leaves nothing for the exit
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
