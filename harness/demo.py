@@ -69,6 +69,8 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 # SWEET-RL's share of the offline dialogues (demo_fraction, its time budget), 0.1: on the 30 validation tasks
 # of 2026-11-26 (the 63f7dac run's critic) -0.007 [-0.017, +0.002] against 0.25's -0.030, in 391 s against 821.
 # The offline data on 24 training tasks, not 30: 30 took 30.0 and 30.3 minutes (docs/RESULTS.md).
+# The warm start's learning rate stays the backend's 1e-4: at 3e-4 and 6e-4 it asked first in 26% and 17% of the
+# 36 validation tasks x 2 (1e-4: 51%) and scored no better; SWEET-RL gained nothing over the 3e-4 one either.
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, rl_tasks=24, samples=4, test_samples=3, max_new_tokens=384,
                 critic_max_length=2048, page_facts=True, demo_fraction=0.1, candidates=4, policy_lr=2.5e-6,
                 batch_size=128)
