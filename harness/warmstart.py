@@ -20,9 +20,11 @@ layout, menu, sections, title), about two at once, or about nothing in particula
 what it was told so far; the embedded human answers the subjects named, says nothing to a question that
 names none, and compares a page shown with its own. The final page is colbench/scripted.py's
 `compact_page` of what was told, the generic page's values for the rest (never the reference's: nothing
-to memorize), with a told color miscopied now and then (SLIP). It never asks at its last turn: a warm
-start whose script did now and then (a fifth of the dialogues that reached it, until 2026-11-27) learned
-on two dialogues per task to ask there in 66 of 72 validation dialogues, leaving no page (docs/RESULTS.md).
+to memorize), with a told color miscopied now and then (SLIP). Now and then the script answers too late:
+at its last turn it asks once more (LAST_TURN_QUESTION), and the dialogue ends with no page but one it
+showed. It is meant to let the offline data show what a question at the last turn costs, which SWEET-RL
+otherwise learns to ask; at 0.2 it did not reach them: the warm-started policy never asked at its last
+turn in 120 sampled dialogues (docs/RESULTS.md, 2026-11-26).
 """
 import argparse
 import random
@@ -51,6 +53,7 @@ PAGE_SUBJECTS = {"colors": ["colors", "color scheme", "palette", "colours"], "fo
 PAGE_QUESTIONS = ["What {} do you want?", "Which {} should it have?", "Could you tell me the {}?", "How about the {}?",
                   "What should the {} be?", "Tell me about the {}."]
 SHOW_PAGE = ["Here is a first draft: {} How does it look?", "How about this? {}", "Is this close? {}"]
+LAST_TURN_QUESTION = 0.2  # the chance that a frontend dialogue that reaches its last turn asks there (not validated)
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 
 
@@ -147,6 +150,11 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
         episode.add_agent_turn(Scripted(text, ""))
         episode.add_human_turn(human.reply(task, episode.dialogue))
     known.update(topics_told(task, episode.dialogue))
+    if episode.agent_turns == max_turns - 1 and rng.random() < LAST_TURN_QUESTION:  # too late: no page
+        untold = [topic for topic in topics if topic not in known]
+        episode.add_agent_turn(Scripted(page_subject_question(rng.choice(untold), rng) if untold
+                                        else rng.choice(GENERAL_QUESTIONS), ""))
+        return episode.record()
     if "colors" in known and rng.random() < SLIP:
         part = rng.choice(sorted(known["colors"]))
         wrong = rng.choice(["#ffffff", "#222222", "#c62828", "#1e88e5", "#2e7d32", "#ff7a1a"])
