@@ -2086,17 +2086,22 @@ def tiny_clip(tmp_path_factory):
 
 # --- the task files
 
-def test_frontend_task_files_are_valid_varied_and_reproducible(tmp_path):
+def test_frontend_task_files_are_the_template_filled_with_their_facts_varied_and_reproducible(tmp_path):
+    from colbench.page import LAYOUTS, PALETTES, SECTIONS, build_page
+    from colbench.scripted import request_title
     train = load_tasks(os.path.join(TASKS_DIR, "frontend_train.jsonl"))
     test = load_tasks(os.path.join(TASKS_DIR, "frontend_test.jsonl"))
     assert len(train) >= 100 and len(test) >= 30
     for task in train + test:
-        page = task["ground_truth"]
-        assert task_kind(task) == "frontend" and len(page) < 4000
-        assert "<style>" in page and "<script" not in page and not re.search(r"(src|href)=\"(https?:)?//", page)
-    assert len({t["site"] for t in train}) >= 10
-    assert {t["layout"] for t in train} == {"single", "hero", "sidebar", "cards"}
-    assert len({t["palette"] for t in train}) >= 10 and len({t["nav"] for t in train}) >= 5
+        page, facts = task["ground_truth"], frontend.page_facts(task["ground_truth"])
+        assert task_kind(task) == "frontend" and "<script" not in page and not re.search(r"(src|href)=", page)
+        assert facts["layout"] == task["layout"] and facts["sections"] == task["sections"]
+        assert list(facts["colors"].values()) == list(PALETTES[task["palette"]])
+        assert page == build_page(facts, request_title(task))  # nothing on the page but its told facts and name
+    assert len({t["site"] for t in train}) >= 10 and set(LAYOUTS) == {t["layout"] for t in train}
+    assert len({t["palette"] for t in train}) == len(PALETTES)
+    assert {s for t in train for s in t["sections"]} == {title for title, _ in SECTIONS.values()}
+    assert len({tuple(t["sections"]) for t in train}) >= 100  # which sections, and their order
     run_script("-m", "colbench.tasks.frontend", "--out", str(tmp_path))
     for split in ("train", "test"):
         with open(os.path.join(TASKS_DIR, f"frontend_{split}.jsonl"), "rb") as shipped:
@@ -2179,23 +2184,25 @@ def test_frontend_episode_answer_is_the_last_page_proposed():
     assert episode.answer == "<html><body>second</body></html>" and episode.answered_with_marker
 
 
-def test_frontend_simulator_names_planted_differences():
+def test_frontend_simulator_names_what_differs_most_outstanding_first_in_words_that_can_be_copied():
+    from colbench.page import GENERIC_FACTS, build_page
     simulator = make_simulator("embedded")
+    task = frontend_tasks("test")[0]
+    facts, title = frontend.page_facts(task["ground_truth"]), frontend.parsed(task["ground_truth"]).headings["h1"][0]
 
     def say(page):
-        return simulator.respond([(PAGE_TASK, turn(f"How is this? {page}"))])[0]
-
-    assert say(PAGE) == frontend.LOOKS_RIGHT
-    recolored = say(PAGE.replace("background:#0f1c3f", "background:#ffffff"))
-    assert recolored.startswith("The page background should be navy, not white.")
-    no_nav = say(re.sub(r"<nav>.*?</nav>", "", PAGE))
-    assert "navigation menu at the top" in no_nav and "'Menu'" in no_nav
-    without_visit = PAGE.replace("<section><h2>Visit</h2><p>Maple Street.</p></section>", "")
-    missing = say(without_visit.replace("Golden Crust", "Bakery"))
-    assert "The main title should say 'Golden Crust'." in missing and "missing the section 'Visit'" in missing
-    plain = say("<html><body><h1>Hello</h1></body></html>")
-    assert len(plain) <= frontend.MAX_REPLY_CHARS and plain.count(".") <= frontend.MAX_DIFFERENCES + 2
-    assert "<" not in plain and "#0f1c3f" not in plain                                # never pastes the reference
+        return simulator.respond([(task, turn(f"How is this? {page}"))])[0]
+    assert say(task["ground_truth"]) == frontend.LOOKS_RIGHT
+    assert facts["layout"] != GENERIC_FACTS["layout"] and facts["sections"] != GENERIC_FACTS["sections"]
+    first = say(build_page(GENERIC_FACTS, title))  # the two most outstanding: the colors and the layout
+    assert first == f"{frontend.fact_sentence('colors', facts['colors'])} {frontend.fact_sentence('layout', facts['layout'])}"
+    second = say(build_page(frontend.read_facts(first), title))  # copied: what is left is named next
+    assert second == frontend.fact_sentence("sections", facts["sections"])
+    assert say(build_page(frontend.read_facts(first + " " + second), title)) == frontend.LOOKS_RIGHT
+    assert say("<html><body><h1>Hello</h1></body></html>").count(":") == frontend.MAX_DIFFERENCES  # broken: named
+    # Any page, not only the template's: its colors as written, its h2 titles, its nearest layout.
+    assert frontend.page_facts(PAGE) == {"colors": {"background": "#0f1c3f", "text": "#f5f5f5"}, "layout": "single",
+                                         "sections": ["Menu", "Visit"]}
     no_page = say("Hello! I am ready to start.")  # neither a page nor a question about one: nothing
     assert no_page == frontend.NOTHING_ASKED and no_page.startswith(frontend.NO_PAGE)
 
@@ -2204,14 +2211,9 @@ def frontend_tasks(*names):
     return [t for name in names for t in load_tasks(os.path.join(TASKS_DIR, f"frontend_{name}.jsonl"))]
 
 
-def test_frontend_human_gives_general_requests_nothing_and_each_subject_its_values():
-    from colbench.scripted import page_question
-    simulator = make_simulator("embedded")
-    colors = simulator.respond([(PAGE_TASK, turn("What colors and which font do you want?"))])[0]
-    assert "#0f1c3f (navy)" in colors and "#f5f5f5" in colors and "Georgia,serif" in colors
-    assert "<" not in colors and "section" not in colors
-    facts = frontend.page_facts(PAGE)
-    assert facts["title"] == "Golden Crust" and facts["sections"] == ["Menu", "Visit"] and facts["layout"] == "single"
+def test_frontend_human_gives_general_requests_nothing_and_each_subject_its_value_as_the_page_writes_it():
+    from colbench.page import build_page
+    from colbench.scripted import page_question, request_title
     for task in frontend_tasks("train", "test"):
         facts = frontend.page_facts(task["ground_truth"])
         assert set(facts) == set(frontend.TOPIC_WORDS)  # every page has every subject
@@ -2221,45 +2223,51 @@ def test_frontend_human_gives_general_requests_nothing_and_each_subject_its_valu
                                                   {"role": "assistant", "content": message}])
         for request in GENERAL_REQUESTS + ["What should it look like?", "Hello! I am ready to start."]:
             assert say(request) == frontend.NOTHING_ASKED, (task["task_id"], request)
-        for topic in facts:  # one subject: its values; two: both; three: ask for fewer
+        for topic in facts:  # one subject: its value, as the page writes it; two: both; three: ask for fewer
             assert say(page_question([topic])) == frontend.fact_sentence(topic, facts[topic])
+            assert frontend.read_facts(say(page_question([topic]))) == {topic: facts[topic]}
         both = say(page_question(["colors", "sections"]))
         assert both == f"{frontend.fact_sentence('colors', facts['colors'])} " \
                        f"{frontend.fact_sentence('sections', facts['sections'])}"
-        assert say("Which colors, font and layout do you want?") == frontend.TOO_MANY_TOPICS
+        assert say("Which colors, layout and sections do you want?") == frontend.TOO_MANY_TOPICS
+        # Everything the human can tell, copied into the template, is the reference page itself.
+        assert build_page(frontend.read_facts(frontend.page_summary(task["ground_truth"])), request_title(task)) \
+            == task["ground_truth"]
+        assert f"--background:{facts['colors']['background']};" in task["ground_truth"]
+        assert f"background {facts['colors']['background']}," in say(page_question(["colors"]))
 
 
-def test_frontend_scripted_agents_through_rollout_a_page_at_once_knows_nothing_asking_gets_what_it_asks(tmp_path):
-    from colbench.scripted import ASKED_TOPICS, GENERIC_FACTS, compact_page, request_title
+def test_frontend_scripted_agents_through_rollout_a_generic_page_knows_nothing_collaborating_gets_the_reference(
+        tmp_path):
+    from colbench.page import GENERIC_FACTS, build_page
+    from colbench.scripted import ASKED_TOPICS, request_title
     tasks = os.path.join(TASKS_DIR, "frontend_test.jsonl")
     played = {}
-    for agent, turns in (("scripted:page-at-once", 3), ("scripted:ask-then-write", 3), ("scripted:ask-then-write", 4)):
+    for agent, turns in (("scripted:page-at-once", 3), ("scripted:ask-then-write", 3), ("scripted:ask-then-write", 2),
+                         ("scripted:draft-then-fix", 3), ("scripted:draft-then-fix", 2)):
         out = tmp_path / f"{agent[9:]}-{turns}.traj.jsonl"
         run_script("rollout.py", tasks, "--agent", agent, "--samples", "1", "--max-turns", str(turns), "--out", str(out))
         played[agent, turns] = load_trajectories(str(out))
         assert len(played[agent, turns]) == 40 and all(t["rollout"]["agent"] == agent for t in played[agent, turns])
-    for task in frontend_tasks("train", "test"):  # the page a script writes says what it was told
-        facts = frontend.page_facts(task["ground_truth"])
-        assert frontend.page_facts(compact_page(facts)) == facts and request_title(task) == facts["title"]
     for t in played["scripted:page-at-once", 3]:  # one turn, the generic page under the request's name
-        assert len(t["dialogue_history"]) == 2 and t["answered_with_marker"]
-        assert t["answer"] == compact_page({"title": request_title(t["task"])})
-    for turns, asked in ((3, ASKED_TOPICS[0] + ASKED_TOPICS[1]), (4, sum(ASKED_TOPICS, ()))):
-        for t in played["scripted:ask-then-write", turns]:
-            told = frontend.topics_told(t["task"], t["dialogue_history"])
-            assert sorted(told) == sorted(asked) and len(t["dialogue_history"]) == 2 * turns
-            assert t["answer"] == compact_page({"title": request_title(t["task"]), **told})
-            reference, written = frontend.page_facts(t["task"]["ground_truth"]), frontend.page_facts(t["answer"])
-            assert written["colors"]["background"] == reference["colors"]["background"]
-            assert written["sections"] == reference["sections"] and written["title"] == reference["title"]
-            assert written["font"] == (reference["font"] if "font" in told else GENERIC_FACTS["font"])  # never unasked
+        assert len(t["dialogue_history"]) == 2 and t["answer"] == build_page(GENERIC_FACTS, request_title(t["task"]))
+    for agent in ("scripted:ask-then-write", "scripted:draft-then-fix"):  # within three turns: the reference itself
+        assert all(t["answer"] == t["task"]["ground_truth"] for t in played[agent, 3])
+    for t in played["scripted:ask-then-write", 2]:  # one question: two subjects told, the rest generic
+        told = frontend.topics_told(t["task"], t["dialogue_history"])
+        assert sorted(told) == sorted(ASKED_TOPICS[0])
+        assert t["answer"] == build_page(told, request_title(t["task"])) != t["task"]["ground_truth"]
+    for t in played["scripted:draft-then-fix", 2]:  # one draft shown: what the human named is fixed
+        told = frontend.topics_told(t["task"], t["dialogue_history"])
+        assert 1 <= len(told) <= frontend.MAX_DIFFERENCES and t["answer"] == build_page(told, request_title(t["task"]))
     result = run_script("rollout.py", TEST, "--agent", "scripted:ask-then-write", "--out", str(tmp_path / "x.jsonl"),
                         check=False)
     assert result.returncode == 2 and "plays frontend tasks" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_frontend_warm_start_varies_turn_by_turn_and_writes_only_what_it_was_told():
-    from colbench.scripted import GENERIC_FACTS, compact_page, request_title
+    from colbench.page import GENERIC_FACTS, build_page
+    from colbench.scripted import request_title
     from harness.warmstart import PAGE_QUESTIONS, PAGE_SUBJECTS, frontend_dialogue
     for topic, names in PAGE_SUBJECTS.items():  # the words of each subject name it alone
         assert all(frontend.topics_asked(q.format(name)) == [topic] for q in PAGE_QUESTIONS for name in names)
@@ -2269,15 +2277,14 @@ def test_frontend_warm_start_varies_turn_by_turn_and_writes_only_what_it_was_tol
     def turns_of(row):
         return sum(turn["role"] == "assistant" for turn in row["dialogue_history"])
     turns = Counter(turns_of(r) for r in rows)
-    replies = [(r, turn["content"]) for r in rows for turn in r["dialogue_history"][2:] if turn["role"] == "user"]
-
-    def subjects_told(row, reply):  # how many subjects one reply of the human told
-        return len(frontend.topics_told(row["task"], [row["dialogue_history"][0], {"role": "user", "content": reply}]))
-    subjects_per_reply = Counter(subjects_told(r, reply) for r, reply in replies)
+    replies = [turn["content"] for r in rows for turn in r["dialogue_history"][2:] if turn["role"] == "user"]
+    subjects_per_reply = Counter(len(frontend.read_facts(reply)) for reply in replies)
     assert all(turns[k] >= 2 for k in (1, 2, 3))  # answering at once, early or late
     assert subjects_per_reply[1] >= 5 and subjects_per_reply[2] >= 5  # asking about one subject, or two at once
-    assert any(reply.startswith(frontend.NOTHING_ASKED) for _, reply in replies)  # asking about nothing in particular
-    assert any("should" in reply and "Colors:" not in reply for _, reply in replies)  # a page shown, compared
+    assert any(reply.startswith(frontend.NOTHING_ASKED) for reply in replies)  # asking about nothing in particular
+    shown = [turn["content"] for r in rows for turn in r["dialogue_history"][1:-1]
+             if turn["role"] == "assistant" and html_page(turn["content"])]
+    assert len(shown) >= 5  # a page shown, and compared
     late = [r for r in rows if not r["dialogue_history"][-1]["content"].startswith(ANSWER_MARKER)]
     for r in late:  # asked once more at its last turn: too late, its answer the page it showed, if any
         assert turns_of(r) == 3 and html_page(r["dialogue_history"][-1]["content"]) is None
@@ -2288,14 +2295,13 @@ def test_frontend_warm_start_varies_turn_by_turn_and_writes_only_what_it_was_tol
     as_told = 0
     for r in rows:
         told = frontend.topics_told(r["task"], r["dialogue_history"])
-        page = r["dialogue_history"][-1]["content"]
-        assert page.startswith(ANSWER_MARKER) and len(told) <= 4  # two turns of at most two subjects: never all
-        as_told += r["answer"] == compact_page({"title": request_title(r["task"]), **told})
+        assert r["dialogue_history"][-1]["content"].startswith(ANSWER_MARKER)
+        as_told += r["answer"] == build_page(told, request_title(r["task"]))
         written = frontend.page_facts(r["answer"])
-        for topic in ("font", "menu", "sections"):  # what was not told is the generic page's, not the reference's
+        for topic in ("layout", "sections"):  # what was not told is the generic page's, not the reference's
             assert written[topic] == (told[topic] if topic in told else GENERIC_FACTS[topic]), (r["task_id"], topic)
         if "colors" not in told:
-            assert written["colors"]["background"] == GENERIC_FACTS["colors"]["background"]
+            assert written["colors"] == GENERIC_FACTS["colors"]
     assert 0.8 * len(rows) <= as_told < len(rows)  # a told color miscopied now and then
 
 
@@ -2688,12 +2694,14 @@ def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_p
             turns += [{"role": "assistant", "content": reply},
                       {"role": "user", "content": frontend.embedded_reply(task, turns + [{"content": reply}])}]
         return {"task": task, "dialogue_history": turns[:-1], "reward": reward}
-    # Asked, then wrote (0.3); asked twice, then wrote (0.5); a page at once (0.1); one reply that asks, nothing more.
+    # Asked, then wrote (0.3); asked twice, then wrote (0.5); a page at once (0.1); one reply that asks, nothing
+    # more; a page shown, then the page (0.2).
     asking = page_asking([played([question, page], 0.3), played([question, question, page], 0.5),
-                          played([page], 0.1), played([question], 0.0)])
-    assert asking["ask_first_share"] == 0.5 and asking["after_asking"] == [0.4, 2]
-    assert asking["at_once"] == [0.05, 2]
-    assert asking["subjects_told"] == 1.0  # colors and layout told in two dialogues of four
+                          played([page], 0.1), played([question], 0.0), played([f"Like this? {PAGE}", page], 0.2)])
+    assert asking["ask_first_share"] == 0.4 and asking["after_asking"] == [0.4, 2]
+    assert asking["show_first_share"] == 0.2 and asking["collaborate_first_share"] == pytest.approx(0.6)
+    assert asking["at_once"] == [pytest.approx(0.1), 3]
+    assert asking["subjects_told"] == 1.2  # colors and layout told in three dialogues of five
     assert page_asking([played([page], 0.2)])["after_asking"] is None
     os.makedirs(tmp_path / "policy")
 
@@ -2708,14 +2716,16 @@ def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_p
     r = {"test_tasks": 2, "image_score": ["edge-color"], "test_dialogues": dict.fromkeys(agents, 4),
          "mean_score": {"zero-shot": 0.1, "sweet": 0.2}, "vs_zero-shot": {"sweet": [0.1, 0.05, 0.15]},
          "win_rate_vs_zero-shot": {"sweet": [0.75, 0.5, 1.0]}, "scripts_gap": [0.09, 0.07, 0.12],
-         "ask_first_share": dict.fromkeys(agents, 0.5), "after_asking": {"zero-shot": None, "sweet": [0.4, 2]},
+         "ask_first_share": dict.fromkeys(agents, 0.5), "show_first_share": dict.fromkeys(agents, 0.25),
+         "after_asking": {"zero-shot": None, "sweet": [0.4, 2]},
          "at_once": dict.fromkeys(agents, [0.05, 2]), "subjects_told": dict.fromkeys(agents, 1.0),
-         "critic_with_c": {"pair_accuracy": 0.6, "ci95": [0.5, 0.7], "pairs": 50, "tasks": 10},
+         "critic_with_c": {"pair_accuracy": 0.6, "ci95": [0.5, 0.7], "pairs": 50, "tasks": 10, "by_answer_length": 0.55},
          "sweet_pairs": {"page over question": 0, "question over page": 3, "same kind": 5}, "stage_seconds": {"x": 60}}
     text = frontend_table(r)
-    assert "| starting policy (warm start) | 4 | 0.1000 | - | - | 50.0 | - | 0.0500 (2) | 1.00 |" in text
-    assert "| SWEET-RL | 4 | 0.2000 | +0.1000 [+0.0500, +0.1500] | 75.0 [50.0, 100.0] | 50.0 | 0.4000 (2) |" in text
-    assert "0.600 [0.500, 0.700] on 50 pairs of 10 tasks" in text and "3 a question over a page" in text
+    assert "| starting policy (warm start) | 4 | 0.1000 | - | - | 50.0 | 25.0 | - | 0.0500 (2) | 1.00 |" in text
+    assert "| SWEET-RL | 4 | 0.2000 | +0.1000 [+0.0500, +0.1500] | 75.0 [50.0, 100.0] | 50.0 | 25.0 | 0.4000 (2) |" in text
+    assert "0.600 [0.500, 0.700] on 50 pairs of 10 tasks; the longer final page orders 0.550" in text
+    assert "3 a question over a page" in text
 
 
 # ======================== 10. README.md and docs/: the map from the paper to the code, the departures

@@ -23,8 +23,8 @@ SYSTEM_PROMPTS = {
         "complete Python function and nothing else."
     ),
     "frontend": (
-        "You are helping a person build a web page. Their request is vague: the colors, font, layout, "
-        "menu and sections they want live only in their head. Ask them short questions, or show them "
+        "You are helping a person build a web page. Their request is vague: the colors, layout and "
+        "sections they want live only in their head. Ask them short questions, or show them "
         "a complete page as <html>...</html> with its CSS in a <style> tag (no scripts, no links to "
         "other files) and they will tell you how it differs from what they want. When you know enough, "
         "reply with " + ANSWER_MARKER + " followed by the final page."

@@ -1,14 +1,13 @@
 """Frontend tasks: what the simulated human says about a page, and how a final page is scored.
 
-The embedded simulator (offline, deterministic) answers a question about the colors, the font, the
-layout, the menu, the sections or the title with what the reference page has (`page_facts`), for at
-most MAX_TOPICS_PER_QUESTION of them at once (a question naming more is asked to name fewer). Shown a
-page, it compares it with the reference page twice over: their screenshots (colbench/render.py) for
-the colors one sees, and their HTML for structure (navigation, title, sections, sidebar, card grid,
-footer) and styles (fonts, sizes, text color). Each difference found gets a weight; the few heaviest
-are said in plain words, cut at MAX_REPLY_CHARS. A turn with neither (a request for "any details",
-"what should it look like?") gets nothing but NOTHING_ASKED, as the backend human's "I don't know":
-what to ask is the skill.
+The embedded simulator (offline, deterministic) knows the facts of its reference page (`page_facts`:
+colors, layout, sections; colbench/page.py) and says each in one sentence that gives the value
+as the page writes it (`fact_sentence`), so an agent can copy it into its page. Asked about subjects,
+at most MAX_TOPICS_PER_QUESTION at once (a question naming more is asked to name fewer), it tells those.
+Shown a page, it reads the page's facts the same way and names the subjects that differ from its
+own, most outstanding first (DIFFERENCE_ORDER), at most MAX_DIFFERENCES a turn, in the same sentences.
+A turn with neither (a request for "any details", "what should it look like?") gets NOTHING_ASKED, as
+the backend human's "I don't know": what to ask is the skill.
 
 The vision-endpoint simulator sends both screenshots to an OpenAI-compatible chat server as
 image data URLs, with the prompt below.
@@ -31,78 +30,34 @@ import numpy
 from PIL import Image
 
 from colbench.env import html_page
+from colbench.page import LAYOUTS
 from colbench.render import failed_image, render, render_many
 
 MAX_REPLY_CHARS = 1000
-MAX_DIFFERENCES = 3     # the human names at most this many differences per turn
+MAX_DIFFERENCES = 2     # the human names at most this many differences per turn
 NO_PAGE = "You didn't show me a page this time, so I can't compare."
 NOTHING_ASKED = NO_PAGE + " And I can't tell which part of the page you are asking about."
 TOO_MANY_TOPICS = "You are asking about many things at once; ask me about one or two of them."
 MAX_TOPICS_PER_QUESTION = 2
-LOOKS_RIGHT = "That looks very close to what I want."
-
-# ---------------------------------------------------------------- colors in words
-
-NAMED_COLORS = {
-    "white": (255, 255, 255), "off-white": (245, 240, 230), "cream": (253, 246, 227), "light gray": (220, 222, 225),
-    "gray": (150, 150, 150), "dark gray": (80, 80, 80), "charcoal": (40, 40, 40), "black": (10, 10, 10),
-    "navy": (15, 28, 63), "dark blue": (21, 60, 140), "blue": (30, 136, 229), "light blue": (228, 242, 253),
-    "teal": (0, 128, 118), "mint": (225, 248, 238), "dark green": (27, 80, 35), "green": (46, 160, 60),
-    "light green": (225, 242, 225), "lime": (164, 228, 0), "olive": (110, 110, 30), "yellow": (250, 225, 40),
-    "gold": (212, 160, 23), "beige": (244, 233, 216), "orange": (255, 122, 26), "brown": (120, 66, 30),
-    "dark brown": (60, 40, 30), "terracotta": (192, 88, 58), "dark red": (130, 20, 20), "red": (205, 40, 40),
-    "pink": (240, 160, 190), "light pink": (255, 236, 240), "magenta": (214, 63, 108), "plum": (142, 36, 95),
-    "purple": (110, 70, 180), "dark purple": (70, 40, 120), "lavender": (238, 230, 250),
-}
-
-
-def color_distance(a, b):
-    """A cheap perceptual distance between two RGB triples ('redmean'), 0 to about 765."""
-    mean_red = (a[0] + b[0]) / 2
-    dr, dg, db = a[0] - b[0], a[1] - b[1], a[2] - b[2]
-    return ((2 + mean_red / 256) * dr * dr + 4 * dg * dg + (2 + (255 - mean_red) / 256) * db * db) ** 0.5
-
-
-def color_name(rgb):
-    return min(NAMED_COLORS, key=lambda name: color_distance(rgb, NAMED_COLORS[name]))
-
-
-def parse_color(value):
-    """'#abc', '#aabbcc', 'rgb(1, 2, 3)' or a few names -> (r, g, b); None otherwise."""
-    value = value.strip().lower()
-    hex_match = re.fullmatch(r"#([0-9a-f]{3}|[0-9a-f]{6})(?:[0-9a-f]{2})?", value)
-    if hex_match:
-        digits = hex_match.group(1)
-        digits = "".join(c * 2 for c in digits) if len(digits) == 3 else digits
-        return tuple(int(digits[i:i + 2], 16) for i in (0, 2, 4))
-    rgb_match = re.fullmatch(r"rgba?\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+).*\)", value)
-    if rgb_match:
-        return tuple(min(255, int(c)) for c in rgb_match.groups())
-    basic = {"white": (255, 255, 255), "black": (0, 0, 0), "red": (255, 0, 0), "blue": (0, 0, 255),
-             "green": (0, 128, 0), "gray": (128, 128, 128), "grey": (128, 128, 128), "navy": (0, 0, 128)}
-    return basic.get(value)
-
+LOOKS_RIGHT = "That looks exactly like what I want."
 
 # ---------------------------------------------------------------- what a page is made of
+
 
 class PageParser(html.parser.HTMLParser):
     """Collects the parts of a page the simulator talks about; tolerant of broken HTML."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
-        self.open_tags = []
-        self.tags = set()
+        self.open_tags, self.tags, self.classes = [], set(), {}
         self.headings = {"h1": [], "h2": []}
-        self.nav_links, self.buttons, self.css = [], [], []
-        self.body_style = ""
-        self._text = None  # (tag, [pieces]) of the heading, link or button being read
+        self.css = []
+        self._text = None  # (tag, [pieces]) of the heading being read
 
     def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
         self.tags.add(tag)
-        if tag == "body":
-            self.body_style = attrs.get("style") or ""
-        if tag in ("h1", "h2", "a", "button") and self._text is None:
+        self.classes.setdefault(tag, (dict(attrs).get("class") or "").strip())  # the first of each tag's
+        if tag in self.headings and self._text is None:
             self._text = (tag, [])
         if tag not in ("br", "img", "input", "meta", "link", "hr"):
             self.open_tags.append(tag)
@@ -111,12 +66,7 @@ class PageParser(html.parser.HTMLParser):
         if self._text and self._text[0] == tag:
             text = " ".join("".join(self._text[1]).split())
             if text:
-                if tag in self.headings:
-                    self.headings[tag].append(text)
-                elif tag == "a" and ("nav" in self.open_tags or "aside" in self.open_tags):
-                    self.nav_links.append(text)
-                elif tag == "button" or tag == "a":
-                    self.buttons.append(text)
+                self.headings[tag].append(text)
             self._text = None
         if tag in self.open_tags:
             while self.open_tags.pop() != tag:
@@ -130,205 +80,81 @@ class PageParser(html.parser.HTMLParser):
 
 
 def css_rules(css_text):
-    """{selector: {property: value}} of a style sheet; later rules win, as in a browser."""
+    """{selector: {property: value}} of a style sheet, var(--name) replaced by the :root's value; later
+    rules win, as in a browser."""
     rules = {}
     css_text = re.sub(r"/\*.*?\*/", "", css_text, flags=re.S)
     for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", css_text):
-        declarations = dict((p.strip().lower(), v.strip()) for p, _, v in
+        declarations = dict((p.strip().lower(), v.strip().lower()) for p, _, v in
                             (d.partition(":") for d in body.split(";")) if v.strip())
         for selector in selectors.split(","):
             rules.setdefault(" ".join(selector.split()).lower(), {}).update(declarations)
-    return rules
+    variables = rules.get(":root", {})
+    return {selector: {p: re.sub(r"var\((--[\w-]+)\)", lambda m: variables.get(m.group(1), m.group(0)), v)
+                       for p, v in declarations.items()} for selector, declarations in rules.items()}
 
 
-def font_kind(family):
-    family = family.lower()
-    if "mono" in family or "courier" in family:
-        return "a monospace (typewriter) font"
-    if "sans" in family or any(f in family for f in ("arial", "helvetica", "verdana", "trebuchet")):
-        return "a sans-serif font"
-    if "serif" in family or any(f in family for f in ("georgia", "times", "palatino")):
-        return "a serif font"
-    return None
-
-
-def page_features(page):
-    """What the simulator compares, read off a page's HTML ('' for no page)."""
+def parsed(page):
     parser = PageParser()
     try:
         parser.feed(page or "")
         parser.close()
     except Exception:  # html.parser can still choke on some garbage; what was read so far counts
         pass
-    rules = css_rules(" ".join(parser.css))
-    body = dict(rules.get("body", {}))
-    body.update(css_rules("body{" + parser.body_style + "}").get("body", {}))
-    h1_size = re.match(r"(\d+(?:\.\d+)?)px", rules.get("h1", {}).get("font-size", ""))
-    css_text = " ".join(parser.css).lower() + " " + (page or "").lower()
-    return {
-        "title": parser.headings["h1"][0] if parser.headings["h1"] else None,
-        "sections": parser.headings["h2"],
-        "nav": "nav" in parser.tags or bool(parser.nav_links),
-        "nav_links": parser.nav_links,
-        "sidebar": "aside" in parser.tags,
-        "card_grid": "grid-template-columns" in css_text and "card" in css_text,
-        "footer": "footer" in parser.tags,
-        "form": "form" in parser.tags or "input" in parser.tags,
-        "text_color": parse_color(body.get("color", "")) or (0, 0, 0),
-        "font": font_kind(body.get("font-family", "")) or "a serif font",  # a browser's default is serif
-        "title_size": float(h1_size.group(1)) if h1_size else 32.0,         # and 2em for an h1
-    }
-
-
-def pixel_features(image):
-    """Colors one sees: the page's main background, and the color along the top and the left edge."""
-    small = image.convert("RGB").resize((64, 48))
-    pixels = [tuple(pixel) for pixel in numpy.asarray(small).reshape(-1, 3).tolist()]
-
-    def dominant(region):
-        """The mean color of the most common of 16^3 color bins."""
-        bins = {}
-        for pixel in region:
-            bins.setdefault(tuple(c // 16 for c in pixel), []).append(pixel)
-        members = max(bins.values(), key=len)
-        return tuple(round(sum(p[i] for p in members) / len(members)) for i in range(3))
-
-    return {"background": dominant(pixels),
-            "top": dominant(pixels[: 64 * 6]),                                   # the top eighth
-            "left": dominant([p for i, p in enumerate(pixels) if i % 64 < 12]),  # the left fifth
-            "thumbnail": small}
-
-
-# ---------------------------------------------------------------- the differences, heaviest first
-
-def similar_text(a, b):
-    words_a, words_b = set(re.findall(r"\w+", a.lower())), set(re.findall(r"\w+", b.lower()))
-    return len(words_a & words_b) / max(1, len(words_a | words_b)) >= 0.5
-
-
-def missing_from(wanted, present):
-    return [w for w in wanted if not any(similar_text(w, p) for p in present)]
-
-
-def quoted(names):
-    names = [f"'{n}'" for n in names]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def sections(names):
-    return "section" if len(names) == 1 else "sections"
-
-
-def differences(reference_page, reference_image, agent_page, agent_image):
-    """[(weight, sentence), ...] of how the agent's page differs from the reference, heaviest first."""
-    want, have = page_features(reference_page), page_features(agent_page)
-    want_px, have_px = pixel_features(reference_image), pixel_features(agent_image)
-    found = []
-
-    def color_difference(weight, where, wanted, had):
-        distance = color_distance(wanted, had)
-        if distance > 120 and color_name(wanted) != color_name(had):
-            found.append((weight * min(1.0, distance / 400),
-                          f"{where} should be {color_name(wanted)}, not {color_name(had)}."))
-
-    color_difference(1.0, "The page background", want_px["background"], have_px["background"])
-    if want["nav"] and not have["nav"]:
-        where = "down the left side" if want["sidebar"] else "at the top"
-        found.append((0.9, f"I want a navigation menu {where} with links like {quoted(want['nav_links'][:4])}."))
-    elif have["nav"] and not want["nav"]:
-        found.append((0.45, "I don't want a navigation menu at all."))
-    elif want["nav"] and missing_from(want["nav_links"], have["nav_links"]):
-        found.append((0.5, f"The menu should have the links {quoted(want['nav_links'][:5])}."))
-    if want["title"] and (not have["title"] or not similar_text(want["title"], have["title"])):
-        found.append((0.85, f"The main title should say '{want['title']}'."))
-    if want["sidebar"] != have["sidebar"]:
-        found.append((0.8, "The page should have a colored sidebar on the left holding the title and the menu."
-                      if want["sidebar"] else "I don't want a sidebar: the content should run across the page."))
-    for edge, where, weight in (("top", "The band across the top", 0.7), ("left", "The left side", 0.6)):
-        # Only a band of its own color (a header, a sidebar); a band of background color was covered above.
-        wanted_band = color_distance(want_px[edge], want_px["background"])
-        proposed_band = color_distance(have_px[edge], have_px["background"])
-        if max(wanted_band, proposed_band) > 120:
-            color_difference(weight, where, want_px[edge], have_px[edge])
-    missing = missing_from(want["sections"], have["sections"])
-    if missing:
-        found.append((0.55 + 0.05 * len(missing), f"You're missing the {sections(missing)} {quoted(missing)}."))
-    extra = missing_from(have["sections"], want["sections"])
-    if extra and have["sections"]:
-        found.append((0.35, f"I don't need the {sections(extra)} {quoted(extra[:3])}."))
-    reordered = have["sections"] != want["sections"] and len(have["sections"]) == len(want["sections"])
-    if not missing and want["sections"] and reordered:
-        found.append((0.3, f"The sections should come in this order: {quoted(want['sections'])}."))
-    if want["card_grid"] and not have["card_grid"]:
-        found.append((0.5, "Some content should be laid out as a grid of cards, three to a row."))
-    color_difference(0.5, "The text", want["text_color"], have["text_color"])
-    if want["font"] != have["font"]:
-        found.append((0.3, f"The text should be in {want['font']}, not {have['font']}."))
-    ratio = want["title_size"] / max(have["title_size"], 1.0)
-    if ratio > 1.35 or ratio < 1 / 1.35:
-        found.append((0.3, f"The main title should be much {'bigger' if ratio > 1 else 'smaller'}."))
-    if want["footer"] != have["footer"]:
-        found.append((0.25, "There should be a footer at the bottom." if want["footer"] else "I don't want a footer."))
-    if want["form"] and not have["form"]:
-        found.append((0.2, "The contact part should have a small form with an email box and a button."))
-    return sorted(found, key=lambda item: -item[0])
-
-
-def describe_differences(reference_page, agent_page, reference_image=None, agent_image=None):
-    """What the human says about `agent_page`, at most MAX_REPLY_CHARS."""
-    reference_image = reference_image or render(reference_page)
-    found = differences(reference_page, reference_image, agent_page, agent_image or render(agent_page))
-    sentences = [sentence for _, sentence in found[:MAX_DIFFERENCES]] or [LOOKS_RIGHT]
-    return " ".join(sentences)[:MAX_REPLY_CHARS]
-
-
-# ---------------------------------------------------------------- what the human tells when asked
-
-# A topic -> the words that ask about it. A request for details that names none gets NOTHING_ASKED.
-TOPIC_WORDS = {"colors": ("color", "colour", "palette", "background", "theme"), "font": ("font", "typeface"),
-               "layout": ("layout", "laid out", "structure", "arrange"), "menu": ("menu", "navigation", "links"),
-               "sections": ("section", "content", "parts"), "title": ("title", "heading", "name")}
-LAYOUTS = {"sidebar": "a sidebar on the left holding the title and the menu, the content beside it",
-           "hero": "a big banner across the top with the title, the content below it",
-           "cards": "the content as a grid of cards, three to a row",
-           "single": "one simple column"}
+    return parser
 
 
 def page_facts(page):
-    """What a person who wants `page` can tell about it, read off its HTML: {topic: value}. colors: the
-    background, the text, the headings and (where there is one) the header band, as CSS hex colors."""
-    parser = PageParser()
-    parser.feed(page)
+    """What a person who wants `page` can tell about it, read off its HTML: {topic: value}. Exact for
+    colbench/page.py's template; for any other page, its nearest reading (a sidebar for an <aside>, ...)."""
+    parser = parsed(page)
     rules = css_rules(" ".join(parser.css))
-    colors = {"background": rules.get("body", {}).get("background"), "text": rules.get("body", {}).get("color"),
-              "headings": rules.get("h2", {}).get("color") or rules.get("a", {}).get("color")}
-    for band in (".hero", "aside", "header", "nav", "footer"):
-        if rules.get(band, {}).get("background"):
-            colors["header"] = rules[band]["background"]
-            break
-    layout = ("sidebar" if "aside" in parser.tags else "hero" if ".hero" in rules
-              else "cards" if "grid-template-columns" in " ".join(parser.css) else "single")
-    facts = {"colors": {part: color for part, color in colors.items() if color},
-             "font": rules.get("body", {}).get("font-family"), "layout": layout, "menu": parser.nav_links,
-             "sections": parser.headings["h2"], "title": parser.headings["h1"][0] if parser.headings["h1"] else None}
-    return {topic: value for topic, value in facts.items() if value is not None}
+
+    def first(selectors, prop):
+        return next((rules[s][prop] for s in selectors if rules.get(s, {}).get(prop)), None)
+    colors = {"background": first(["body"], "background") or first(["body"], "background-color"),
+              "text": first(["body"], "color"), "accent": first(["h2", "a"], "color"),
+              "band": first(["header", ".sidebar>div", "aside", ".hero"], "background")}
+    layout = parser.classes.get("body", "")
+    if layout not in LAYOUTS:
+        layout = ("sidebar" if "aside" in parser.tags else "hero" if ".hero" in rules
+                  else "cards" if re.search(r"grid-template-columns|columns:", " ".join(parser.css)) else "single")
+    return {"colors": {part: color for part, color in colors.items() if color}, "layout": layout,
+            "sections": parser.headings["h2"]}
+
+
+# ---------------------------------------------------------------- the human's sentences, and reading them back
+
+TOPIC_WORDS = {"colors": ("color", "colour", "palette", "background", "theme"),
+               "layout": ("layout", "laid out", "structure", "arrange"),
+               "sections": ("section", "content", "parts", "menu")}
+SENTENCES = {  # topic -> (how the human says its value, the pattern that reads it back)
+    "colors": ("Colors: {}.", r"Colors: ((?:\w+ [^,.\s]+(?:, )?)+)\."),
+    "layout": ("Layout: {} ({}).", r"Layout: (\w+) \("),
+    "sections": ("Sections, in this order: {}.", r"Sections, in this order: ([^.]+)\."),
+}
 
 
 def fact_sentence(topic, value):
-    """How the human says one topic's facts: exact values, so that an agent can copy them into its page."""
+    """How the human says one topic's value: as the page writes it, so that an agent can copy it."""
+    template = SENTENCES[topic][0]
     if topic == "colors":
-        parts = [f"{'the ' if i else 'The '}{part} {color} ({color_name(parse_color(color) or (0, 0, 0))})"
-                 for i, (part, color) in enumerate(value.items())]
-        return "Colors: " + ", ".join(parts) + "."
-    if topic == "font":
-        return f"The font is {value}."
-    if topic == "layout":
-        return f"The layout: {LAYOUTS[value]}."
-    if topic == "menu":
-        return f"A menu with the links {', '.join(value)}." if value else "No menu."
+        return template.format(", ".join(f"{part} {color}" for part, color in value.items()))
     if topic == "sections":
-        return f"The sections, in this order: {', '.join(value)}."
-    return f"The title is '{value}'."
+        return template.format(", ".join(value))
+    return template.format(value, LAYOUTS.get(value, "?"))
+
+
+def read_facts(text):
+    """{topic: value} of every fact sentence in `text`, the last one of each topic: what an agent copies."""
+    facts = {}
+    for topic, (_, pattern) in SENTENCES.items():
+        found = re.findall(pattern, text)
+        if found:
+            value = found[-1]
+            facts[topic] = (dict(pair.split(" ", 1) for pair in value.split(", ")) if topic == "colors"
+                            else value.split(", ") if topic == "sections" else value)
+    return facts
 
 
 def page_summary(page):
@@ -343,10 +169,23 @@ def topics_asked(message):
 
 
 def topics_told(task, dialogue):
-    """{topic: value} of the reference page's facts (page_facts) that the human's replies in `dialogue` told."""
-    told = " ".join(turn["content"] for turn in dialogue[1:] if turn["role"] == "user")
+    """{topic: value} of the reference page's facts that the human's replies in `dialogue` told."""
+    told = read_facts(" ".join(turn["content"] for turn in dialogue[1:] if turn["role"] == "user"))
     facts = page_facts(task["ground_truth"])
-    return {topic: value for topic, value in facts.items() if fact_sentence(topic, value) in told}
+    return {topic: value for topic, value in told.items() if facts.get(topic) == value}
+
+
+# ---------------------------------------------------------------- the embedded human
+
+DIFFERENCE_ORDER = ("colors", "layout", "sections")  # most outstanding first: harness/room.py measures it
+
+
+def describe_differences(reference_page, agent_page):
+    """What the human says of `agent_page`: the fact sentences of the subjects whose values differ from the
+    reference page's, at most MAX_DIFFERENCES, most outstanding first; LOOKS_RIGHT when none differs."""
+    want, have = page_facts(reference_page), page_facts(agent_page)
+    differing = [topic for topic in DIFFERENCE_ORDER if topic in want and want[topic] != have.get(topic)]
+    return " ".join(fact_sentence(t, want[t]) for t in differing[:MAX_DIFFERENCES]) or LOOKS_RIGHT
 
 
 def embedded_reply(task, dialogue):
@@ -355,7 +194,7 @@ def embedded_reply(task, dialogue):
     or nothing (NOTHING_ASKED) when it names none."""
     page = html_page(dialogue[-1]["content"])
     if page is not None:
-        return describe_differences(task["ground_truth"], page)
+        return describe_differences(task["ground_truth"], page)[:MAX_REPLY_CHARS]
     facts = page_facts(task["ground_truth"])
     asked = topics_asked(dialogue[-1]["content"])
     if len(asked) > MAX_TOPICS_PER_QUESTION:

@@ -13,38 +13,30 @@ fact was told, or at their last turn, and write code as an oracle would: the ref
 every fact was told, else a function that returns None. Their success is the share of dialogues that
 drew every hidden fact: the asking alone, with the coding taken out.
 
-Frontend. Every page has the same subjects (colors, font, layout, menu, sections, title), so asking
-needs no cheat. scripted:page-at-once writes at its first turn a generic page (GENERIC_FACTS) under the
-name the request gives; scripted:ask-then-write asks about two subjects per turn, the heaviest first
-(ASKED_TOPICS), until one turn is left, then writes the page from what the human answered and the
-generic page's values for the rest. Both write the same compact page (`compact_page`), so the gap
-between them is what the answers are worth.
+Frontend. Every page has the same subjects (colbench/page.py: colors, layout, sections), so asking
+needs no cheat, and the human's sentences can be copied (colbench/frontend.py read_facts). Each script
+writes colbench/page.py's template under the name the request gives, with what the human told and the
+generic page's values (GENERIC_FACTS) for the rest. scripted:page-at-once writes the generic page at its
+first turn; scripted:ask-then-write asks about two subjects per turn (ASKED_TOPICS), then writes;
+scripted:draft-then-fix shows the generic page, then each turn the page with what the human named
+changed, and writes when the human says it looks right or at its last turn.
 """
 import re
 
 from colbench.data import task_kind
 from colbench.env import ANSWER_MARKER
-from colbench.frontend import page_facts, topics_told
+from colbench.frontend import LOOKS_RIGHT, parsed, read_facts, topics_told
 from colbench.models import Reply
+from colbench.page import GENERIC_FACTS, build_page
 from colbench.simulators import facts_told, hidden_facts, stem, subjects
 
 AGENTS = {"scripted:fixed": "backend", "scripted:by-subject": "backend",
-          "scripted:page-at-once": "frontend", "scripted:ask-then-write": "frontend"}  # name -> the tasks it plays
+          "scripted:page-at-once": "frontend", "scripted:ask-then-write": "frontend",
+          "scripted:draft-then-fix": "frontend"}  # name -> the tasks it plays
 FIXED_REQUEST = "Could you tell me more about what you need?"
-# What a page has that nobody said: the sections most sites have, in the palette and layout that scored best as
-# one page for every task (of the shipped palettes and the four layouts, on the 30 training tasks the frontend
-# demo leaves unused: sand and terracotta 0.142 in one column, white 0.110; as cards 0.153). This and ASKED_TOPICS
-# were measured with the page of 3d6b00d, which had a footer; compact_page lost it (and its head and body tags)
-# for 11% fewer tokens, the same 30 tasks choosing: the generic page 0.152 -> 0.117, the page of colors, layout,
-# sections and menu told 0.240 -> 0.223, their gap +0.087 -> +0.106 (28 of 30 tasks), 295 -> 263 tokens.
-GENERIC_FACTS = {"colors": {"background": "#f4e9d8", "text": "#3e2c23", "headings": "#c0583a", "header": "#c0583a"},
-                 "font": "sans-serif", "layout": "cards", "menu": ["Home", "About Us", "Services", "Contact"],
-                 "sections": ["About Us", "Services", "Contact"], "title": "Welcome"}
-# What scripted:ask-then-write asks, a turn per pair, heaviest first: on 15 of those tasks, over a white page, told
-# alone the colors raised the score from 0.097 to 0.157, the layout to 0.108, the sections to 0.110, the menu and
-# the font not at all; colors and layout 0.180, the four 0.210, all five 0.212.
-ASKED_TOPICS = [("colors", "layout"), ("sections", "menu"), ("font",)]
-
+# What scripted:ask-then-write asks, a turn per pair: every subject in two turns.
+ASKED_TOPICS = [("colors", "layout"), ("sections",)]
+SHOW_DRAFT = "Here is a draft: {} What should change?"
 
 def subject_words(fact, facts):
     """The words of `fact` that name its subject (colbench.simulators.subjects), as written, numbers left out."""
@@ -62,31 +54,8 @@ def oracle_code(task, knows_everything):
 
 def request_title(task):
     """The page's title where the request names it (every shipped request names the business), else None."""
-    title = page_facts(task["ground_truth"]).get("title")
-    return title if title and title in task["problem_description"] else None
-
-
-def compact_page(facts):
-    """The page a script writes from what it knows of a task (frontend.page_facts' topics; the rest from
-    GENERIC_FACTS): short, so that a 135M model can write one too, and page_facts reads the facts back."""
-    facts = {**GENERIC_FACTS, **facts}
-    colors, title, layout = facts["colors"], facts["title"], facts["layout"]
-    background, text = colors.get("background", "#ffffff"), colors.get("text", "#222222")
-    headings = colors.get("headings", text)
-    menu = "<nav>" + "".join(f"<a>{link}</a>" for link in facts["menu"]) + "</nav>" if facts["menu"] else ""
-    sections = "".join(f"<section><h2>{name}</h2><p>{name} at {title}.</p></section>" for name in facts["sections"])
-    band, body = {  # the band of the header color: a sidebar, a banner, or a header bar
-        "sidebar": ("aside", f"<div style='display:flex'><aside style='width:200px'><h1>{title}</h1>{menu}</aside>"
-                             f"<main>{sections}</main></div>"),
-        "hero": (".hero", f"{menu}<div class='hero'><h1>{title}</h1></div><main>{sections}</main>"),
-        "cards": ("header", f"<header><h1>{title}</h1></header>{menu}<main class='cards'>{sections}</main>"),
-        "single": ("header", f"<header><h1>{title}</h1></header>{menu}<main>{sections}</main>")}[layout]
-    style = (f"body{{margin:0;background:{background};color:{text};font-family:{facts['font']}}}"
-             f"h2,a{{color:{headings};margin:8px}}main{{padding:20px}}"
-             f"{band}{{background:{colors.get('header', headings)};padding:24px}}"
-             + {"hero": ".hero{padding:80px 20px;text-align:center}",  # a big banner
-                "cards": ".cards{display:grid;grid-template-columns:1fr 1fr 1fr}"}.get(layout, ""))
-    return f"<html><style>{style}</style>{body}</html>"
+    titles = parsed(task["ground_truth"]).headings["h1"]
+    return titles[0] if titles and titles[0] in task["problem_description"] else None
 
 
 def page_question(topics):
@@ -123,11 +92,14 @@ class ScriptedAgent:
         return f"Could you tell me about the {' '.join(subject_words(untold, facts))}?"
 
     def page_reply(self, task, dialogue, replied):
-        questions = ASKED_TOPICS[: self.max_turns - 1] if self.name == "scripted:ask-then-write" else []
-        if replied < len(questions):
-            return page_question(questions[replied])
-        known = {"title": request_title(task) or GENERIC_FACTS["title"], **topics_told(task, dialogue)}
-        return f"{ANSWER_MARKER}\n{compact_page(known)}"
+        replies = [turn["content"] for turn in dialogue[1:] if turn["role"] == "user"]
+        page = build_page(read_facts(" ".join(replies)), request_title(task) or "Welcome")
+        last = replied == self.max_turns - 1
+        if self.name == "scripted:ask-then-write" and replied < len(ASKED_TOPICS) and not last:
+            return page_question(ASKED_TOPICS[replied])
+        if self.name == "scripted:draft-then-fix" and not last and not (replies and replies[-1].startswith(LOOKS_RIGHT)):
+            return SHOW_DRAFT.format(page)
+        return f"{ANSWER_MARKER}\n{page}"
 
     def chat(self, conversations, max_new_tokens=None, temperature=None):
         return [Reply(self.reply([m for m in messages if m["role"] != "system"]), "", 0)

@@ -71,7 +71,7 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 # The offline data on 24 training tasks, not 30: 30 took 30.0 and 30.3 minutes (docs/RESULTS.md).
 # The warm start's learning rate stays the backend's 1e-4: at 3e-4 and 6e-4 it asked first in 26% and 17% of the
 # 36 validation tasks x 2 (1e-4: 51%) and scored no better; SWEET-RL gained nothing over the 3e-4 one either.
-FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, rl_tasks=24, samples=4, test_samples=3, max_new_tokens=384,
+FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, rl_tasks=24, samples=4, test_samples=3, max_new_tokens=512,
                 critic_max_length=2048, page_facts=True, demo_fraction=0.1, candidates=4, policy_lr=2.5e-6,
                 batch_size=128)
 
@@ -505,27 +505,44 @@ def validate(run, s):
     print(f"\nvalidation finished; everything is in {val.folder}/\n\n{text}")
 
 
-# The frontend scripts (colbench/scripted.py), played beside the agents: a generic page at once, and a page
-# written from the answers to questions about every subject. Their gap is what asking is worth here.
-FRONTEND_SCRIPTS = {"script-page-at-once": "scripted:page-at-once", "script-ask-then-write": "scripted:ask-then-write"}
+# The frontend scripts (colbench/scripted.py), played beside the agents: a generic page at once, a page written
+# from the answers to questions about every subject, and a generic draft fixed as the human says. The gap between
+# the first and the others is what collaborating is worth here.
+FRONTEND_SCRIPTS = {"script-page-at-once": "scripted:page-at-once", "script-ask-then-write": "scripted:ask-then-write",
+                    "script-draft-then-fix": "scripted:draft-then-fix"}
 NAMES.update({"script-page-at-once": "script: a generic page at once",
-              "script-ask-then-write": "script: asks about each subject, then writes"})
+              "script-ask-then-write": "script: asks about each subject, then writes",
+              "script-draft-then-fix": "script: shows a generic draft, then fixes what the human names"})
 
 
 def page_asking(trajectories):
-    """How an agent came to its pages: the share of dialogues that asked before writing (their first reply
-    shows no page and the dialogue goes on), the pages' mean score after asking and written at once
+    """How an agent came to its pages: the shares of dialogues that asked first (a first reply with no page,
+    and the dialogue goes on), that showed a page first (a first reply with a page, and the dialogue goes on),
+    and either (collaborated before its last turn); the pages' mean score after asking and written at once
     ([mean, dialogues]; None when none), and the mean number of subjects the human told before the end."""
     groups = {"after_asking": [], "at_once": []}
-    told = []
+    told, showed = [], 0
     for t in trajectories:
         replies = [turn["content"] for turn in t["dialogue_history"] if turn["role"] == "assistant"]
         asked = len(replies) > 1 and html_page(replies[0]) is None
+        showed += len(replies) > 1 and html_page(replies[0]) is not None
         groups["after_asking" if asked else "at_once"].append(t["reward"])
         told.append(len(topics_told(t["task"], t["dialogue_history"])))
     return {"ask_first_share": len(groups["after_asking"]) / len(trajectories),
+            "show_first_share": showed / len(trajectories),
+            "collaborate_first_share": (len(groups["after_asking"]) + showed) / len(trajectories),
             **{name: [sum(v) / len(v), len(v)] if v else None for name, v in groups.items()},
             "subjects_told": sum(told) / len(told)}
+
+
+def length_pair_accuracy(metrics, scored_path):
+    """The share of the critic's held-out pairs (metrics.json's tasks and sample indices) whose longer final
+    answer is the better one, ties half: what a reader of the answer's length alone would get right."""
+    answers = {critic_stage.trajectory_id(t): len(t["answer"]) for t in load_trajectories(scored_path)}
+    lengths = [[answers[task, sample] for sample in samples] for task, samples in
+               zip(metrics["pair_task_ids"], metrics["pair_samples"])]
+    return sum(1.0 if chosen > rejected else 0.5 if chosen == rejected else 0.0
+               for chosen, rejected in lengths) / max(1, len(lengths))
 
 
 def ranked_pairs(policy_folder):
@@ -578,10 +595,12 @@ def frontend_run(run, s):
                "win_rate_vs_zero-shot": {a: win_rate(a) for a in others},
                "scripts_gap": paired_difference(scores["script-ask-then-write"], scores["script-page-at-once"]),
                **{key: {a: asked[a][key] for a in agents}
-                  for key in ("ask_first_share", "after_asking", "at_once", "subjects_told")},
+                  for key in ("ask_first_share", "show_first_share", "collaborate_first_share", "after_asking",
+                              "at_once", "subjects_told")},
                "critic_with_c": {"pair_accuracy": critic["after"]["pair_accuracy"],
                                  "ci95": critic["after"]["pair_accuracy_ci95"], "pairs": critic["eval_pairs"],
-                                 "tasks": critic["eval_tasks"]},
+                                 "tasks": critic["eval_tasks"], "by_answer_length": length_pair_accuracy(
+                                     critic["after"], run.path("train.scored.jsonl"))},
                "sweet_pairs": ranked_pairs(run.path("policy_sweet")),
                "stage_seconds": run.seconds, "settings": s}
     with open(run.path("results.json"), "w") as f:
@@ -598,20 +617,23 @@ def frontend_table(r):
         return "-" if group is None else f"{group[0]:.4f} ({group[1]})"
     lines = [f"held-out frontend test tasks: {r['test_tasks']}; image score: {', '.join(r['image_score'])}", "",
              "| agent | dialogues | mean image score | minus the starting policy (95% CI) | win rate over it % "
-             "(95% CI) | asks before writing % | after asking (dialogues) | at once (dialogues) | subjects told |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "(95% CI) | asks first % | shows a page first % | after asking (dialogues) | at once (dialogues) | "
+             "subjects told |", "|---|---|---|---|---|---|---|---|---|---|"]
     for a in r["mean_score"]:
         versus = "-" if a == "zero-shot" else "{:+.4f} [{:+.4f}, {:+.4f}]".format(*r["vs_zero-shot"][a])
         wins = "-" if a == "zero-shot" else "{} [{}, {}]".format(*map(pct, r["win_rate_vs_zero-shot"][a]))
         lines.append(f"| {NAMES[a]} | {r['test_dialogues'][a]} | {r['mean_score'][a]:.4f} | {versus} | {wins} | "
-                     f"{pct(r['ask_first_share'][a])} | {score(r['after_asking'][a])} | {score(r['at_once'][a])} | "
+                     f"{pct(r['ask_first_share'][a])} | {pct(r['show_first_share'][a])} | {score(r['after_asking'][a])} | {score(r['at_once'][a])} | "
                      f"{r['subjects_told'][a]:.2f} |")
     gap, c, p = r["scripts_gap"], r["critic_with_c"], r["sweet_pairs"]
     lines += ["", "(differences: the same tasks and sample indices for both agents, bootstrap over tasks; win rate by "
-                  "task, ties half. After asking: dialogues whose first reply shows no page; at once: the others)",
+                  "task, ties half. Asks first: the first reply shows no page and the dialogue goes on; shows a page "
+                  "first: the first reply shows one and the dialogue goes on. After asking: dialogues that asked "
+                  "first; at once: the others)",
               "", "the room, asking script - page-at-once script: {:+.4f} [{:+.4f}, {:+.4f}]".format(*gap),
               f"critic with c: held-out pair accuracy {c['pair_accuracy']:.3f} "
-              f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] on {c['pairs']} pairs of {c['tasks']} tasks",
+              f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] on {c['pairs']} pairs of {c['tasks']} tasks; the longer "
+              f"final page orders {c['by_answer_length']:.3f} of them",
               f"SWEET-RL's pairs, as its critic ranked the candidates: {p['page over question']} put a page over a "
               f"question, {p['question over page']} a question over a page, {p['same kind']} two of a kind",
               "", minutes(r["stage_seconds"])]

@@ -15,16 +15,14 @@ is asked. The answer is the task's reference function (its untold numbers memori
 on new tasks), with a told number miscopied now and then (SLIP). Test tasks never appear here.
 
 Frontend dialogues are drawn turn by turn too (PAGE_MOVES): at each turn before the last the script
-answers (as ANSWER_EARLY) or asks, in varied words, about one untold subject of the page (colors, font,
-layout, menu, sections, title), about two at once, or about nothing in particular, or shows a page of
-what it was told so far; the embedded human answers the subjects named, says nothing to a question that
-names none, and compares a page shown with its own. The final page is colbench/scripted.py's
-`compact_page` of what was told, the generic page's values for the rest (never the reference's: nothing
-to memorize), with a told color miscopied now and then (SLIP). Now and then the script answers too late:
-at its last turn it asks once more (LAST_TURN_QUESTION), and the dialogue ends with no page but one it
-showed. It is meant to let the offline data show what a question at the last turn costs, which SWEET-RL
-otherwise learns to ask; at 0.2 it did not reach them: the warm-started policy never asked at its last
-turn in 120 sampled dialogues (docs/RESULTS.md, 2026-11-26).
+answers (as ANSWER_EARLY) or asks, in varied words, about one untold subject of the page (colors,
+layout, sections), about two at once, or about nothing in particular, or shows a page of what it was
+told so far; the embedded human answers the subjects named, says nothing to a question that names none,
+and names what differs in a page shown. Every page is colbench/page.py's template with what the human's
+replies told (read as any agent reads them, colbench/frontend.py read_facts) and the generic page's values
+for the rest (never the reference's: nothing to memorize), with a told color miscopied now and then
+(SLIP). Now and then the script answers too late: at its last turn it asks once more (LAST_TURN_QUESTION),
+and the dialogue ends with no page but one it showed, so that the offline data shows what that costs.
 """
 import argparse
 import random
@@ -33,8 +31,9 @@ import re
 from colbench.cli import fail, non_negative_int, positive_int
 from colbench.data import DataError, load_tasks, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER, Episode
-from colbench.frontend import page_facts, topics_told
-from colbench.scripted import compact_page, request_title, subject_words
+from colbench.frontend import page_facts, read_facts
+from colbench.page import build_page
+from colbench.scripted import request_title, subject_words
 from colbench.simulators import EmbeddedSimulator, facts_told, hidden_facts
 
 # A backend turn before the last: the weights of what the script asks, and how likely it answers instead.
@@ -47,13 +46,12 @@ GENERAL_QUESTIONS = ["What details do you need me to know?", "Could you tell me 
                      "Is there anything else I should know?", "Can you tell me more?"]
 # A frontend turn before the last: the weights of what the script does; a subject by the words the human knows it by.
 PAGE_MOVES = {"an untold subject": 8, "two untold subjects": 8, "nothing in particular": 1, "a page": 3}
-PAGE_SUBJECTS = {"colors": ["colors", "color scheme", "palette", "colours"], "font": ["font", "typeface"],
-                 "layout": ["layout", "page structure"], "menu": ["menu", "navigation links"],
-                 "sections": ["sections", "content sections"], "title": ["title", "heading"]}
+PAGE_SUBJECTS = {"colors": ["colors", "color scheme", "palette", "colours"], "layout": ["layout", "page structure"],
+                 "sections": ["sections", "content sections", "menu"]}
 PAGE_QUESTIONS = ["What {} do you want?", "Which {} should it have?", "Could you tell me the {}?", "How about the {}?",
                   "What should the {} be?", "Tell me about the {}."]
 SHOW_PAGE = ["Here is a first draft: {} How does it look?", "How about this? {}", "Is this close? {}"]
-LAST_TURN_QUESTION = 0.2  # the chance that a frontend dialogue that reaches its last turn asks there (not validated)
+LAST_TURN_QUESTION = 0.2  # the chance that a frontend dialogue that reaches its last turn asks there
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 
 
@@ -130,11 +128,12 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
     """One trajectory line of the turn-by-turn script (PAGE_MOVES) on a frontend task."""
     episode, human, topics = Episode(task, sample_idx, max_turns), EmbeddedSimulator(), page_facts(task["ground_truth"])
     moves, weights = list(PAGE_MOVES), list(PAGE_MOVES.values())
-    title = request_title(task)
-    known = {"title": title} if title else {}  # what the script knows: the name the request gives, then what is told
+    title = request_title(task) or "Welcome"
+
+    def known():  # what the script knows: what the human's replies told, read as any agent can read them
+        return read_facts(" ".join(turn["content"] for turn in episode.dialogue[1:] if turn["role"] == "user"))
     for _ in range(max_turns - 1):
-        known.update(topics_told(task, episode.dialogue))
-        untold = [topic for topic in topics if topic not in known]
+        untold = [topic for topic in topics if topic not in known()]
         if rng.random() < ANSWER_EARLY["some facts untold" if untold else "every fact told"]:
             break
         move = rng.choices(moves, weights)[0]
@@ -144,22 +143,21 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
             first, second = (page_subject_question(topic, rng) for topic in rng.sample(untold, 2))
             text = both(first, second)
         elif move == "a page":
-            text = rng.choice(SHOW_PAGE).format(compact_page(known))
+            text = rng.choice(SHOW_PAGE).format(build_page(known(), title))
         else:
             text = rng.choice(GENERAL_QUESTIONS)
         episode.add_agent_turn(Scripted(text, ""))
         episode.add_human_turn(human.reply(task, episode.dialogue))
-    known.update(topics_told(task, episode.dialogue))
+    facts = known()
     if episode.agent_turns == max_turns - 1 and rng.random() < LAST_TURN_QUESTION:  # too late: no page
-        untold = [topic for topic in topics if topic not in known]
+        untold = [topic for topic in topics if topic not in facts]
         episode.add_agent_turn(Scripted(page_subject_question(rng.choice(untold), rng) if untold
                                         else rng.choice(GENERAL_QUESTIONS), ""))
         return episode.record()
-    if "colors" in known and rng.random() < SLIP:
-        part = rng.choice(sorted(known["colors"]))
-        wrong = rng.choice(["#ffffff", "#222222", "#c62828", "#1e88e5", "#2e7d32", "#ff7a1a"])
-        known["colors"] = dict(known["colors"], **{part: wrong})
-    episode.add_agent_turn(Scripted(f"{ANSWER_MARKER}\n{compact_page(known)}", ""))
+    if "colors" in facts and rng.random() < SLIP:
+        part = rng.choice(sorted(facts["colors"]))
+        facts["colors"] = dict(facts["colors"], **{part: rng.choice(["white", "black", "gray", "red", "blue"])})
+    episode.add_agent_turn(Scripted(f"{ANSWER_MARKER}\n{build_page(facts, title)}", ""))
     return episode.record()
 
 

@@ -1,0 +1,61 @@
+"""The room of the frontend tasks: what each subject the human tells is worth to a page's score.
+
+    python -m harness.room colbench/tasks/frontend_test.jsonl     # -> runs/room.json, and a table
+
+On each task, the offline image score (colbench/frontend.py EdgeColorSimilarity) of: a blank page; the
+generic page (colbench/page.py GENERIC_FACTS, under the request's name: what a script that asks nothing
+writes); the generic page with one subject set right; the reference page with one subject left generic;
+and the reference itself. A subject worth telling moves the mean when set right alone; none should make
+up most of the room (generic page to reference) alone.
+"""
+import argparse
+import json
+
+from colbench.cli import fail
+from colbench.data import DataError, load_tasks
+from colbench.frontend import EdgeColorSimilarity, page_facts, score_pages
+from colbench.page import GENERIC_FACTS, build_page
+from colbench.scripted import request_title
+
+SUBJECTS = tuple(GENERIC_FACTS)
+
+
+def variants(task):
+    """{name: page} of one task: blank, generic, '+subject' (generic, that subject right), '-subject'
+    (reference, that subject generic), reference."""
+    facts, title = page_facts(task["ground_truth"]), request_title(task)
+    pages = {"blank": "", "generic": build_page(GENERIC_FACTS, title)}
+    for subject in SUBJECTS:
+        pages[f"+{subject}"] = build_page({subject: facts[subject]}, title)
+        pages[f"-{subject}"] = build_page({**facts, subject: GENERIC_FACTS[subject]}, title)
+    pages["reference"] = task["ground_truth"]
+    return pages
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("tasks", help="frontend tasks JSONL (colbench/page.py's template pages)")
+    parser.add_argument("--out", default="runs/room.json", help="JSON of the mean scores")
+    args = parser.parse_args()
+    try:
+        tasks = load_tasks(args.tasks)
+    except DataError as e:
+        fail(e)
+    pages = [variants(task) for task in tasks]
+    names = list(pages[0])
+    scores = score_pages(EdgeColorSimilarity(), [p[n] for p in pages for n in names],
+                         [t["ground_truth"] for t in tasks for _ in names])
+    mean = {n: sum(scores[i * len(names) + k] for i in range(len(tasks))) / len(tasks) for k, n in enumerate(names)}
+    room = mean["reference"] - mean["generic"]
+    print(f"{len(tasks)} tasks; the room, generic page {mean['generic']:.3f} to reference {mean['reference']:.3f}: "
+          f"{room:.3f}; blank page {mean['blank']:.3f}\n\n| subject | set right alone | share of the room | "
+          "left generic alone | cost |\n|---|---|---|---|---|")
+    for s in SUBJECTS:
+        gain, cost = mean[f"+{s}"] - mean["generic"], mean["reference"] - mean[f"-{s}"]
+        print(f"| {s} | {mean[f'+{s}']:.3f} ({gain:+.3f}) | {gain / room:.0%} | {mean[f'-{s}']:.3f} | {cost:+.3f} |")
+    with open(args.out, "w") as f:
+        json.dump({"tasks": len(tasks), "mean_score": mean}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
