@@ -31,7 +31,7 @@ import re
 from colbench.cli import fail, non_negative_int, positive_int
 from colbench.data import DataError, load_tasks, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER, Episode
-from colbench.frontend import page_facts, read_facts
+from colbench.frontend import page_facts, read_facts, topics_told
 from colbench.page import build_page
 from colbench.scripted import request_title, subject_words
 from colbench.simulators import EmbeddedSimulator, facts_told, hidden_facts
@@ -161,6 +161,13 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
     return episode.record()
 
 
+def every_fact_told(row):
+    task, dialogue = row["task"], row["dialogue_history"]
+    if task_kind(task) == "frontend":
+        return len(topics_told(task, dialogue)) == len(page_facts(task["ground_truth"]))
+    return len(facts_told(task, dialogue)) == len(hidden_facts(task))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("tasks", help="training tasks JSONL (backend or frontend)")
@@ -187,7 +194,7 @@ def main():
                 rows.append(backend_dialogue(task, k, peers, rng, args.max_turns))
     write_jsonl(args.out, rows)
     questions = [turn["content"] for row in rows for turn in row["dialogue_history"][1:-1] if turn["role"] == "assistant"]
-    told = sum(len(facts_told(row["task"], row["dialogue_history"])) == len(hidden_facts(row["task"])) for row in rows)
+    told = sum(map(every_fact_told, rows))
     print(f"warm start: {len(rows)} scripted dialogues -> {args.out} | {len(questions)} questions, "
           f"{len(set(questions))} distinct | every fact told in {told}")
 
