@@ -32,13 +32,13 @@ LAYOUTS = {"single": "one column", "hero": "a tall banner with the title on top"
            "sidebar": "the title and menu in a band down the left side", "cards": "the sections in two columns"}
 # kind -> (title, body): every page that has a kind shows it with this title and body.
 SECTIONS = {
-    "about": ("About Us", "<p>We are a small local team. Come and say hello!</p>"),
+    "about": ("About Us", "<p>A small local team. Come and say hello!</p>"),
     "services": ("Services", '<div class="row"><p>Quality</p><p>Care</p><p>Value</p></div>'),
-    "hours": ("Hours", "<table><tr><td>Mon-Fri</td><td>9-6</td></tr><tr><td>Sat</td><td>10-4</td></tr></table>"),
-    "team": ("Our Team", "<ul><li>Anna</li><li>Ben</li><li>Cleo</li></ul>"),
-    "reviews": ("Reviews", "<blockquote>Wonderful, every single time. - Dana</blockquote>"),
+    "hours": ("Hours", "<p>Mon-Fri 9-6<br>Sat 10-4</p>"),
+    "team": ("Our Team", "<ul><li>Anna<li>Ben<li>Cleo</ul>"),
+    "reviews": ("Reviews", "<blockquote>Wonderful, every time. - Dana</blockquote>"),
     "gallery": ("Gallery", '<div class="row"><i></i><i></i><i></i><i></i></div>'),
-    "faq": ("FAQ", "<p><b>Do I need to book?</b> No, just come by.</p>"),
+    "faq": ("FAQ", "<p><b>Need to book?</b> No, just come by.</p>"),
     "contact": ("Contact", '<form><input placeholder="Your email"><button>Send</button></form>'),
 }
 TITLES = {title: kind for kind, (title, _) in SECTIONS.items()}
@@ -47,16 +47,13 @@ TITLES = {title: kind for kind, (title, _) in SECTIONS.items()}
 GENERIC_FACTS = {"colors": dict(zip(COLOR_PARTS, ("white", "black", "blue", "lightgray"))), "layout": "single",
                  "sections": ["About Us", "Services", "Contact"]}
 
-STYLE = (
-    "body{margin:0;background:var(--background);color:var(--text)}h2,a{color:var(--accent)}"
-    "header,.sidebar>div{background:var(--band);padding:20px}main{padding:9px 20px}"
-    "nav{background:var(--accent);padding:20px}nav a{color:var(--background);margin:9px}.sidebar a{display:block}"
-    ".hero header{padding:90px}.sidebar{display:grid;grid-template-columns:250px 1fr}.cards main{columns:2}"
-    "section{break-inside:avoid}.row{display:flex;gap:20px}.row>*{flex:1;background:var(--accent);padding:30px}")
+STYLE = ("body{margin:0;background:var(--background);color:var(--text)}h2,a{color:var(--accent)}a{margin:9px}"
+         "header{background:var(--band);padding:20px}main{padding:20px}.hero header{padding:90px}"
+         ".sidebar{display:flex}.sidebar header{width:250px}.sidebar a{display:block}.cards main{columns:2}"
+         ".row{display:flex;gap:20px}.row>*{flex:1;background:var(--accent);padding:30px}")
 TEMPLATE = ("<html><style>:root{{{colors}}}" + STYLE.replace("{", "{{").replace("}", "}}") + "</style>\n"
-            '<body class="{layout}"><div><header><h1>{title}</h1></header><nav>{menu}</nav></div>\n'
+            '<body class="{layout}"><header><h1>{title}</h1><nav>{menu}</nav></header>\n'
             "<main>\n{sections}</main></body></html>")
-
 
 def build_page(facts, title):
     """The page of `facts` ({"colors", "layout", "sections"}; GENERIC_FACTS' values for what is
@@ -65,5 +62,5 @@ def build_page(facts, title):
     colors = ";".join(f"--{part}:{facts['colors'].get(part, GENERIC_FACTS['colors'][part])}" for part in COLOR_PARTS)
     titles = [t for t in facts["sections"] if t in TITLES]
     menu = "".join(f"<a>{t}</a>" for t in titles)
-    sections = "".join(f"<section><h2>{t}</h2>{SECTIONS[TITLES[t]][1]}</section>\n" for t in titles)
+    sections = "".join(f"<h2>{t}</h2>{SECTIONS[TITLES[t]][1]}\n" for t in titles)
     return TEMPLATE.format(colors=colors, layout=facts["layout"], title=title, menu=menu, sections=sections)
