@@ -2348,6 +2348,19 @@ def test_frontend_edge_color_on_planted_pages(page_kind):
     assert scorer.name == "edge-color" and "clip" not in scorer.name
 
 
+def test_frontend_room_every_subject_the_human_tells_moves_the_score(tmp_path):
+    from colbench.page import GENERIC_FACTS
+    tasks = [t for t in frontend_tasks("test") if all(frontend.page_facts(t["ground_truth"])[s] != GENERIC_FACTS[s]
+                                                      for s in GENERIC_FACTS)][:1]
+    write_jsonl(tmp_path / "tasks.jsonl", tasks)
+    run_script("-m", "harness.room", str(tmp_path / "tasks.jsonl"), "--out", str(tmp_path / "room.json"))
+    mean = json.load(open(tmp_path / "room.json"))["mean_score"]
+    assert mean["blank"] == 0.0 and mean["reference"] == pytest.approx(1.0) and mean["generic"] < 0.5
+    for subject in GENERIC_FACTS:  # set right alone, it raises the generic page; left generic alone, it costs
+        assert mean["generic"] < mean[f"+{subject}"] < 1 and mean[f"-{subject}"] < 1, subject
+    assert len({t["ground_truth"] for t in frontend_tasks("test")}) == 40  # no one page fits two tasks
+
+
 def test_frontend_edge_color_ranks_a_blank_page_below_a_restyled_one():
     """The pages on which SSIM ranked a blank page (0.24) above the page with every color changed (0.21)."""
     recolored = PAGE.replace("body{background:#0f1c3f", "body{background:#6a1b9a")

@@ -3,15 +3,14 @@
 A page is decided by three facts, each a value in one slot of TEMPLATE:
     colors    four CSS color names in the :root line (background, text, accent, band)
     layout    the <body> class: single, hero, sidebar or cards
-    sections  which section kinds appear, and in what order (SECTIONS: each kind has one fixed title and
-              body); the menu links to them, by their titles
-Everything else is fixed, the same in every task: the style sheet, the font, the menu's look, each
-section's body. The title is the business's name, which the request gives. So a page with every fact right is the
-reference page itself, and what nobody tells never decides a score.
+    sections  which section kinds appear, and in what order (SECTIONS: each kind has one fixed title and body)
+Everything else is fixed, the same in every task: the style sheet, the font, each section's body. The
+title is the business's name, which the request gives. So a page with every fact right is the reference
+page itself, and what nobody tells never decides a score.
 """
 
-# name -> (background, text, accent, band), as CSS color names: the accent colors headings, links and boxes;
-# the band the header and the sidebar, under the text's color.
+# name -> (background, text, accent, band), as CSS color names: the accent colors headings and boxes, the band
+# the header (a banner in the hero layout, a column in the sidebar one).
 PALETTES = {
     "cream and brown": ("linen", "saddlebrown", "chocolate", "burlywood"),
     "navy and gold": ("navy", "white", "gold", "goldenrod"),
@@ -29,17 +28,17 @@ PALETTES = {
 COLOR_PARTS = ("background", "text", "accent", "band")
 # What each value of a slot looks like, in the words the human adds after it.
 LAYOUTS = {"single": "one column", "hero": "a tall banner with the title on top",
-           "sidebar": "the title and menu in a band down the left side", "cards": "the sections in two columns"}
+           "sidebar": "the title in a band down the left side", "cards": "the sections in two columns"}
 # kind -> (title, body): every page that has a kind shows it with this title and body.
 SECTIONS = {
-    "about": ("About Us", "<p>A small local team. Come and say hello!</p>"),
-    "services": ("Services", '<div class="row"><p>Quality</p><p>Care</p><p>Value</p></div>'),
+    "about": ("About Us", "<p>A small local team.</p>"),
+    "services": ("Services", "<ul><li>Quality<li>Care<li>Value</ul>"),
     "hours": ("Hours", "<p>Mon-Fri 9-6<br>Sat 10-4</p>"),
-    "team": ("Our Team", "<ul><li>Anna<li>Ben<li>Cleo</ul>"),
-    "reviews": ("Reviews", "<blockquote>Wonderful, every time. - Dana</blockquote>"),
-    "gallery": ("Gallery", '<div class="row"><i></i><i></i><i></i><i></i></div>'),
-    "faq": ("FAQ", "<p><b>Need to book?</b> No, just come by.</p>"),
-    "contact": ("Contact", '<form><input placeholder="Your email"><button>Send</button></form>'),
+    "team": ("Our Team", "<p>Anna<br>Ben<br>Cleo<br>Dan</p>"),
+    "reviews": ("Reviews", "<blockquote>Wonderful!</blockquote>"),
+    "gallery": ("Gallery", '<p class="box"></p>'),
+    "faq": ("FAQ", "<p><b>Need to book?</b> No.</p>"),
+    "contact": ("Contact", "<form><input><button>Send</button></form>"),
 }
 TITLES = {title: kind for kind, (title, _) in SECTIONS.items()}
 
@@ -47,13 +46,12 @@ TITLES = {title: kind for kind, (title, _) in SECTIONS.items()}
 GENERIC_FACTS = {"colors": dict(zip(COLOR_PARTS, ("white", "black", "blue", "lightgray"))), "layout": "single",
                  "sections": ["About Us", "Services", "Contact"]}
 
-STYLE = ("body{margin:0;background:var(--background);color:var(--text)}h2,a{color:var(--accent)}a{margin:9px}"
+STYLE = ("body{margin:0;background:var(--background);color:var(--text)}h2,b{color:var(--accent)}"
          "header{background:var(--band);padding:20px}main{padding:20px}.hero header{padding:90px}"
-         ".sidebar{display:flex}.sidebar header{width:250px}.sidebar a{display:block}.cards main{columns:2}"
-         ".row{display:flex;gap:20px}.row>*{flex:1;background:var(--accent);padding:30px}")
+         ".sidebar{display:flex}.cards main{columns:2}main>*{border:4px solid var(--accent);margin:0;padding:20px}"
+         ".box{background:var(--accent);height:120px}")
 TEMPLATE = ("<html><style>:root{{{colors}}}" + STYLE.replace("{", "{{").replace("}", "}}") + "</style>\n"
-            '<body class="{layout}"><header><h1>{title}</h1><nav>{menu}</nav></header>\n'
-            "<main>\n{sections}</main></body></html>")
+            '<body class="{layout}"><header><h1>{title}</h1></header><main>\n{sections}</main></body></html>')
 
 def build_page(facts, title):
     """The page of `facts` ({"colors", "layout", "sections"}; GENERIC_FACTS' values for what is
@@ -61,6 +59,5 @@ def build_page(facts, title):
     facts = {**GENERIC_FACTS, **facts}
     colors = ";".join(f"--{part}:{facts['colors'].get(part, GENERIC_FACTS['colors'][part])}" for part in COLOR_PARTS)
     titles = [t for t in facts["sections"] if t in TITLES]
-    menu = "".join(f"<a>{t}</a>" for t in titles)
     sections = "".join(f"<h2>{t}</h2>{SECTIONS[TITLES[t]][1]}\n" for t in titles)
-    return TEMPLATE.format(colors=colors, layout=facts["layout"], title=title, menu=menu, sections=sections)
+    return TEMPLATE.format(colors=colors, layout=facts["layout"], title=title, sections=sections)
