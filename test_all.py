@@ -1497,6 +1497,18 @@ def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory
                 assert torch.allclose(fast_logps[start - 1:end - 1], plain[start - 1:end - 1], atol=1e-4)
 
 
+def test_shared_prefix_logps_of_sequences_sharing_under_two_tokens_equal_the_plain_way(two_model_critic):
+    model = two_model_critic.model
+    for sequences in ([[5, 6, 7, 8], [9, 10, 11]], [[5, 6, 7, 8], [5, 10, 11]], [[5, 6, 7], [5, 6, 9]]):
+        for scored_from in (1, 2, 3):  # 1: nothing may be shared; 2 and 3: at most the first token or two
+            with torch.no_grad():
+                fast, _ = shared_prefix_logps(model, sequences, scored_from)
+                for ids, row in zip(sequences, fast):
+                    plain = sequence_logps(model, [ids])[0]
+                    assert row.shape == plain.shape
+                    assert torch.allclose(row[scored_from - 1:], plain[scored_from - 1:], atol=1e-4), (sequences, scored_from)
+
+
 def test_ranking_quality_on_a_planted_case():
     # State 1: the critic ranks the passing answer first; state 2: it ranks them exactly backwards.
     from harness.judge import ranking_quality

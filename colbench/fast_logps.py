@@ -17,13 +17,18 @@ from colbench.models import padded_batch
 def shared_prefix_logps(model, sequences, scored_from, memory=None):
     """sequence_logps of id lists that begin alike, the fast way: their common prefix is encoded once
     and its KV cache serves every sequence (gradients flow through it). Tokens from index
-    `scored_from` on are always scored; entries of the shared tokens before it are zeros. Returns
-    (the [len - 1] tensors, how many tokens were shared). `memory`: see encode_prefix."""
+    `scored_from` on are always scored; entries of the shared tokens before it are zeros. Sequences that
+    share fewer than two tokens are encoded whole. Returns (the [len - 1] tensors, how many tokens were
+    shared). `memory`: see encode_prefix."""
     shared = min(scored_from, *(len(ids) - 1 for ids in sequences))
     while any(ids[:shared] != sequences[0][:shared] for ids in sequences):
         shared -= 1  # a tokenizer may merge across the boundary: share only identical tokens
-    prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
     device = next(model.parameters()).device
+    if shared < 2:  # no prefix to encode apart (the last shared token goes with each row): each sequence whole
+        input_ids, attention_mask = padded_batch(sequences, device)
+        logps = token_logps(model, input_ids, attention_mask)
+        return [row[: len(ids) - 1] for row, ids in zip(logps, sequences)], 0
+    prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
     cache = encode_prefix(model, prefix, memory)
     cache.batch_repeat_interleave(len(sequences))
     input_ids, attention_mask = padded_batch([ids[shared - 1:] for ids in sequences], device, cached=len(prefix))
