@@ -30,7 +30,7 @@ from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, 
                           positive_float, positive_int, trajectories_or_fail)
 from colbench.data import (default_output, finish_folder, partial_folder, succeeded, task_kind,
                            write_jsonl)
-from colbench.env import agent_messages, turn_budget
+from colbench.env import LAST_TURN_NOTE, agent_messages, turn_budget
 from colbench.frontend import page_summary
 from colbench.fast_logps import shared_prefix_logps
 from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype,
@@ -128,9 +128,17 @@ def fit_to_length(tokenizer, task, dialogue, max_turns, use_solution, max_length
             if len(ids) > max_length:
                 cuts.append(f"still {len(ids)} tokens, kept whole")
             return ids, spans, dropped, ", ".join(cuts)
-        first = agent_turns[0]
-        reply = first + 1 < len(dialogue) and dialogue[first + 1]["role"] == "user"
-        dialogue, dropped = dialogue[:first] + dialogue[first + 1 + reply:], dropped + 1
+        dialogue, dropped = drop_oldest_exchange(dialogue, agent_turns[0]), dropped + 1
+
+
+def drop_oldest_exchange(dialogue, first):
+    """`dialogue` without its agent turn at index `first` and the human's reply to it. A last-turn note in
+    that reply moves to the message before, which now precedes the agent's last turn."""
+    reply = first + 1 < len(dialogue) and dialogue[first + 1]["role"] == "user"
+    kept = dialogue[:first] + dialogue[first + 1 + reply:]
+    if reply and dialogue[first + 1]["content"].endswith(LAST_TURN_NOTE) and first > 0:
+        kept[first - 1] = dict(kept[first - 1], content=kept[first - 1]["content"] + LAST_TURN_NOTE)
+    return kept
 
 
 def trajectory_id(trajectory):

@@ -1582,6 +1582,21 @@ def test_critic_max_length_drops_the_oldest_exchanges_and_keeps_the_problem_and_
     assert TIP_TASK["problem_description"] in kept and TIP_TASK["ground_truth"].strip() in kept
 
 
+def test_critic_max_length_keeps_the_last_turn_note_when_one_agent_turn_is_left(tiny_model):
+    from colbench.env import LAST_TURN_NOTE
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    trajectory = scored(TIP_TASK, 0, ["first question?", "I WANT TO ANSWER: def tip(bill): return 1"], 0.0,
+                        human="It is 18 percent." + LAST_TURN_NOTE)  # the reply before the last of 2 turns
+    dialogue = trajectory["dialogue_history"]
+    full_ids, _, _, _ = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 2, True, 10_000)
+    ids, spans, dropped, _ = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 2, True, len(full_ids) - 5)
+    assert (len(spans), dropped) == (1, 1)
+    before_last_turn = tokenizer.decode(ids[:spans[0][0]])
+    assert "first question?" not in before_last_turn and "It is 18 percent." not in before_last_turn
+    assert LAST_TURN_NOTE.strip() in before_last_turn  # the agent's last turn is still marked as its last
+    assert dialogue[2]["content"].endswith(LAST_TURN_NOTE) and not dialogue[0]["content"].endswith(LAST_TURN_NOTE)
+
+
 def planted_pattern_file(path, n_tasks=24):
     """Per task: one trajectory whose agent says the planted phrase (reward 1) and two that do not (reward 0)."""
     rng = random.Random(0)
