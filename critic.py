@@ -389,6 +389,7 @@ class Critic:
     use_solution: bool = True
     page_facts: bool = False  # c of a frontend task: its page's facts, not its HTML
     normalize: bool = True
+    max_length: int = parser.get_default("max_length")  # its --max-length: replies scored on views cut as in training
     dtype: torch.dtype = torch.float32  # of the forward passes (fp32 weights; bf16 autocast)
     fast: bool = True  # logps_of's fast way, remembering the prefix each model encoded last:
     memory: dict = dataclasses.field(default_factory=lambda: {"critic": {}, "reference": {}})
@@ -404,20 +405,19 @@ def load_critic(critic_dir, device=None, dtype=torch.float32, fast=True):
     base = saved["model_path"] if os.path.isdir(saved["model_path"]) else saved["model"]
     reference_model, _ = load_model(base, device=device, dtype=torch.float32)
     return Critic(model, reference_model, tokenizer, not saved["no_solution"], saved.get("page_facts", False),
-                  not saved["no_normalize"], dtype, fast)
+                  not saved["no_normalize"], saved["max_length"], dtype, fast)
 
 
 @torch.no_grad()
 def score_candidates(critic, task, history, max_turns, candidates):
     """A(o_t, a, c) of each candidate reply a to the dialogue `history` (ending with a user turn),
-    played under a budget of `max_turns`: Eq. 3 of the reply's turn. A reply twice is scored once."""
+    played under a budget of `max_turns`: Eq. 3 of the reply's turn, in the view cut to the critic's
+    max_length as training cut it (fit_to_length). A reply twice is scored once."""
     if not candidates:
         return []
     distinct = list(dict.fromkeys(candidates))
-    views = [tokenize_turns(critic.tokenizer, critic_messages(
-        task, history + [{"role": "assistant", "content": reply}], max_turns, critic.use_solution,
-        critic.page_facts))
-        for reply in distinct]
+    views = [fit_to_length(critic.tokenizer, task, history + [{"role": "assistant", "content": reply}], max_turns,
+                           critic.use_solution, critic.max_length, critic.page_facts)[:2] for reply in distinct]
     sequences, reply_start = [ids for ids, _ in views], min(spans[-1][0] for _, spans in views)
     with autocast(critic.model.device, critic.dtype):
         critic_logps = logps_of(critic.model, sequences, reply_start, critic.fast,

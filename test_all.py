@@ -1466,6 +1466,29 @@ def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_c
     assert shared[:-1] == pytest.approx(plain_scores, abs=1e-4)
 
 
+def test_critic_scores_candidates_on_the_view_cut_to_max_length_it_trained_on(tiny_model, tmp_path):
+    folder = tmp_path / "critic"
+    shutil.copytree(tiny_model, folder)  # π_θ: the tiny model; π_ref: another one, as args.json names it
+    base = build_tiny_model(str(tmp_path / "base"), seed=1)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    whole = [len(tokenize_turns(tokenizer, critic.critic_messages(
+        TIP_TASK, HISTORY + [{"role": "assistant", "content": reply}], 3))[0]) for reply in CANDIDATES]
+    max_length = min(whole) - 3  # every candidate's whole view is over it: the oldest exchange goes
+    (folder / "args.json").write_text(json.dumps({"model": base, "model_path": base, "no_solution": False,
+                                                  "no_normalize": False, "max_length": max_length}))
+    loaded = critic.load_critic(str(folder))
+    scores = critic.score_candidates(loaded, TIP_TASK, HISTORY, 3, CANDIDATES)
+    for reply, score in zip(CANDIDATES, scores):
+        ids, spans, dropped, _ = critic.fit_to_length(tokenizer, TIP_TASK, HISTORY + [{"role": "assistant",
+                                                                                      "content": reply}], 3, True,
+                                                      max_length)
+        assert dropped == 1 and len(spans) == 1
+        with torch.no_grad():
+            critic_logps = sequence_logps(loaded.model, [ids])[0]
+            reference_logps = sequence_logps(loaded.reference_model, [ids])[0]
+        assert score == pytest.approx(critic.turn_advantages(critic_logps, reference_logps, spans).item(), abs=1e-4)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_target_log_softmax_gives_the_plain_formulas_values_and_gradients(dtype):
     torch.manual_seed(0)
