@@ -12,8 +12,9 @@ differ.
 Frontend: `reward` is the similarity of the final page's full-page screenshot to the reference
 page's: the CLIP cosine with --clip (the paper's), else `edge-color` (edges and colors agreeing, 0
 for a blank page), which needs no weights; `image_score` names it, `answered_page` says whether
-there was a page. --against adds the win rate per task. Prints the metrics. Departures from the
-paper: docs/DEPARTURES.md.
+there was a page, and `success` that its reward is its task's best in the file and above the task's
+worst (frontend_success). --against adds the win rate per task. Prints the metrics. Departures from
+the paper: docs/DEPARTURES.md.
 """
 import argparse
 import collections
@@ -308,7 +309,19 @@ def score_frontend(records, args, progress):
     return {}
 
 
-# Scorers by task kind: each adds `reward` (and `success` where it has a meaning) to its records.
+def frontend_success(records):
+    """Add `success` to each frontend record: its reward is the best of its task's samples in this file and
+    above the task's worst. A page's similarity has no pass mark of its own (CLIP's and edge-color's scales
+    differ); the best of k is what rejection sampling keeps (harness/baselines.py --method rft)."""
+    rewards = collections.defaultdict(list)
+    for record in records:
+        rewards[record["task_id"]].append(record["reward"])
+    for record in records:
+        task_rewards = rewards[record["task_id"]]
+        record["success"] = record["reward"] == max(task_rewards) > min(task_rewards)
+
+
+# Scorers by task kind: each adds `reward` (and backend `success`) to its records.
 SCORERS = {"backend": score_backend, "frontend": score_frontend}
 
 
@@ -439,12 +452,13 @@ def main(argv=None):
     if "frontend" in by_kind(to_score):
         refuse_other_image_score(others, args.against, frontend.image_score_name(args.clip))
     seconds = score_all(to_score, args)
+    kinds = by_kind(records)
+    frontend_success(kinds["frontend"])  # of the whole file: kept rewards count too
 
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     write_jsonl(out + ".tmp", records)
     os.replace(out + ".tmp", out)  # a killed run leaves no half-written output
 
-    kinds = by_kind(records)
     summary = summarize(kinds["backend"]) if kinds["backend"] else {}
     if kinds["frontend"]:
         summary["frontend"] = summarize(kinds["frontend"])

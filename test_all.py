@@ -2026,6 +2026,23 @@ def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, 
     rollout_runs(out, tmp_path)
 
 
+def test_rft_runs_on_frontend_data_where_each_tasks_best_page_is_a_success(tmp_path, tiny_model):
+    pages = [{"task_id": f"page{n}", "problem_description": f"A page for bakery {n}.",
+              "ground_truth": "<html><body><h1>Bread</h1></body></html>"} for n in range(2)]
+    records = [scored(pages[0], k, ["Which colors?", "<html><body><h1>Buns</h1></body></html>"], reward)
+               for k, reward in enumerate([0.3, 0.7, 0.5])]
+    records += [scored(pages[1], k, ["<html><body>Cake</body></html>"], 0.4) for k in range(2)]  # no best: a tie
+    for record in records:
+        del record["success"]  # frontend rewards as evaluate.py scores them: a similarity, no success of its own
+    trajectories, out = write_jsonl(tmp_path / "pages.traj.jsonl", records), tmp_path / "pages.scored.jsonl"
+    run_script("evaluate.py", trajectories, "--keep-rewards", "--out", str(out))
+    assert [r["success"] for r in read_jsonl(out)] == [False, True, False, False, False]
+    result = run_script("-m", "harness.baselines", str(out), "--method", "rft", "--model", tiny_model,
+                        "--out", str(tmp_path / "rft"))
+    assert "done:" in result.stdout
+    assert [(r["task_id"], r["sample_idx"]) for r in read_jsonl(tmp_path / "rft" / "sft.jsonl")] == [("page0", 1)]
+
+
 def test_policy_mt_dpo_pairs_by_the_pairing_rule_asked_for():
     from harness.baselines import mt_dpo_pairs
     trajectories = [dict(t) for t in SCORED]  # rewards 1.0, 0.3, 0.0
