@@ -288,10 +288,10 @@ def frozen_logps(model, views, ids_of, dtype, fast, desc):
     """{trajectory id: its token log-probs} of each task's trajectories ({task_id: ids}), no gradients."""
     model.eval()
     mine = []
-    for task_id, weight in tqdm(list(distributed.share(sorted(ids_of))), desc=desc, unit="task"):
+    for task_id, padding in tqdm(list(distributed.share(sorted(ids_of))), desc=desc, unit="task"):
         with autocast(model.device, dtype):
             logps = task_logps(model, views, ids_of[task_id], fast)
-        if weight:  # torchrun: weight 0 marks a padding pass
+        if not padding:  # torchrun: a padding pass's results are dropped
             mine += logps.items()
     return {i: logps.to(model.device) for i, logps in distributed.gather(mine)}  # torchrun: all
 
@@ -313,7 +313,7 @@ def train(model, views, reference, train_pairs, rng, log, dtype, epochs, batch_s
             started, scored = time.time(), []
             batch_pairs = sum(len(pairs_of[task_id]) for task_id in batch)
             model.train()
-            for task_id, weight in distributed.share(batch, model):  # torchrun: a share of the tasks
+            for task_id, padding in distributed.share(batch, model):  # torchrun: a share of the tasks
                 pairs = pairs_of[task_id]
                 with autocast(device, dtype):
                     logps = task_logps(model, views, ids_of[task_id], fast)
@@ -323,8 +323,8 @@ def train(model, views, reference, train_pairs, rng, log, dtype, epochs, batch_s
                 rejected = trajectory_scores(logps, reference, views,
                                              [trajectory_id(r) for _, r in pairs], normalize, score)
                 loss = bradley_terry_loss(chosen, rejected, beta) * len(pairs) / batch_pairs
-                distributed.backward(loss, weight)  # loss.backward(); gradients add up over the batch
-                if weight:
+                distributed.backward(loss, padding)  # loss.backward(); gradients add up over the batch
+                if not padding:
                     tokens = sum(len(views[i]["ids"]) for i in ids_of[task_id]) / len(pairs)
                     scored += [(c, r, tokens) for c, r in zip(chosen.tolist(), rejected.tolist())]
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

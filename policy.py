@@ -229,11 +229,11 @@ def reference_logps(model, pairs, dtype, fast=True):
     model.eval()
     groups = prompt_groups(range(len(pairs)), lambda i: pair_prompt(pairs[i]))
     mine, memory = [], {}  # fast: a dialogue's next turn state continues the cache of the one before
-    for group, weight in tqdm(list(distributed.share(groups)), desc="π_ref log-probs", unit="prompt"):
+    for group, padding in tqdm(list(distributed.share(groups)), desc="π_ref log-probs", unit="prompt"):
         with autocast(model.device, dtype):
             sides = [pairs[i][side] for i in group for side in ("chosen", "rejected")]
             logps, _ = completion_logps(model, sides, fast, memory)
-        if weight:  # torchrun: weight 0 marks a padding pass
+        if not padding:  # torchrun: a padding pass's results are dropped
             mine += [(i, logps[2 * k:2 * k + 2]) for k, i in enumerate(group)]
     model.train()
     reference = torch.zeros(len(pairs), 2)
@@ -280,7 +280,7 @@ def train(model, pairs, reference, rng, log, dtype, epochs, batch_size, lr, lr_s
     for step, epoch, batch in shuffled_batches(groups, batch_size, epochs, rng):
         started, measured = time.time(), []
         passes = prompt_groups(batch, lambda i: pair_prompt(pairs[i]))
-        for group, weight in distributed.share(passes, model):  # torchrun: a share of the passes
+        for group, padding in distributed.share(passes, model):  # torchrun: a share of the passes
             with autocast(device, dtype):
                 sides = [pairs[i][side] for i in group for side in ("chosen", "rejected")]
                 logps, counts = completion_logps(model, sides, fast)
@@ -289,8 +289,8 @@ def train(model, pairs, reference, rng, log, dtype, epochs, batch_size, lr, lr_s
                 # --- SWEET-RL: Eq. 4 on each pair
                 losses, chosen_rewards, rejected_rewards = dpo_nll_loss(
                     logps[:, 0], logps[:, 1], ref[:, 0], ref[:, 1], counts[:, 0], beta, nll_coef)
-            distributed.backward(losses.sum() / len(batch), weight)  # .backward() of the batch mean
-            if weight:
+            distributed.backward(losses.sum() / len(batch), padding)  # .backward() of the batch mean
+            if not padding:
                 margins = (chosen_rewards - rejected_rewards).tolist()
                 measured += [{"accuracy": float(m > 0), "margin": m, "chosen_logps": c,
                               "rejected_logps": r, "loss": loss, "tokens": counts.sum().item() / len(group)}
@@ -348,7 +348,7 @@ def main(args):
     sampled = earlier_candidates(args.sampled, states) if args.sampled else None
     dtype, why = compute_dtype(args.dtype)
     describe_dtype("policy", dtype, why)
-    mine = [state for state, weight in distributed.share(states) if weight]  # torchrun: a share
+    mine = [state for state, padding in distributed.share(states) if not padding]  # torchrun: a share
     if sampled:
         candidates = [sampled[state_key(state)] for state in mine]
     else:

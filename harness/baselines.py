@@ -124,11 +124,11 @@ def train_on_batch(model, optimizer, schedule, batch, examples, reference, loss_
     added up: `loss_of(model, reference, index, example)` -> (loss, statistics, tokens). Returns this
     process's statistics."""
     measured, device = [], next(model.parameters()).device
-    for index, weight in distributed.share(batch, model):  # torchrun: this process's examples
+    for index, padding in distributed.share(batch, model):  # torchrun: this process's examples
         with autocast(device, dtype):
             loss, statistics, tokens = loss_of(model, reference, index, examples[index])
-        distributed.backward(loss / len(batch), weight)  # .backward() of the mean over the batch
-        if weight:
+        distributed.backward(loss / len(batch), padding)  # .backward() of the mean over the batch
+        if not padding:
             measured.append(dict(statistics, loss=loss.item(), tokens=tokens))
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
