@@ -77,7 +77,7 @@ scale.add_argument("--fsdp", action="store_true", help="under torchrun: shard we
 
 # ---------------------------------------------------------------- what the critic reads
 
-SOLUTION_HEADER = "Reference solution (shown to you, never to the assistant):\n"  # the words the critic reads
+SOLUTION_HEADER = "Reference solution (shown to you, never to the assistant):\n"  # as critics were trained on
 
 
 def solution(task, page_facts=False):

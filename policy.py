@@ -283,11 +283,11 @@ def train(model, pairs, reference_pair_logps, rng, logps_fn, autocast_dtype, log
                 sides = [pairs[i][side] for i in group for side in ("chosen", "rejected")]
                 logps, counts = completion_logps(model, sides, logps_fn)
                 logps, counts = logps.view(-1, 2), counts.view(-1, 2)  # [pairs, 2]: chosen, rejected
-                reference = reference_pair_logps[group].to(device)  # [pairs, 2]
+                reference_of_group = reference_pair_logps[group].to(device)  # [pairs, 2]
                 # --- SWEET-RL: Eq. 4 on each pair
-                losses, chosen_rewards, rejected_rewards = dpo_nll_loss(logps[:, 0], logps[:, 1], reference[:, 0],
-                                                                        reference[:, 1], counts[:, 0], args.beta,
-                                                                        args.nll_coef)
+                losses, chosen_rewards, rejected_rewards = dpo_nll_loss(
+                    logps[:, 0], logps[:, 1], reference_of_group[:, 0], reference_of_group[:, 1], counts[:, 0],
+                    args.beta, args.nll_coef)
             distributed.backward(losses.sum() / len(batch), padding)  # .backward() of the batch mean
             if not padding:
                 margins = (chosen_rewards - rejected_rewards).tolist()
