@@ -40,7 +40,7 @@ parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (each line with a `reward`)")
 parser.add_argument("--out", help="critic folder to write (default runs/<stem>.critic)")
 parser.add_argument("--model", default="embedded",
-                    help="initial critic and π_ref: a model folder, hub id or 'embedded' (paper: Llama-3.1-8B)")
+                    help="initial critic and π_ref: model folder, hub id or 'embedded' (paper: Llama-3.1-8B-Instruct)")
 parser.add_argument("--beta", type=positive_float, default=0.1, help="β of Eq. 2 (paper: 0.1)")
 parser.add_argument("--lr", type=positive_float, default=1e-4, help="AdamW learning rate (paper: 2e-7)")
 parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the training pairs (paper: 4)")
@@ -51,7 +51,7 @@ parser.add_argument("--eval-fraction", type=fraction_or_zero, default=0.5,
 parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0,
                     help="pair two trajectories of a task only when their rewards differ by this")
 parser.add_argument("--pairing", default="all", choices=PAIRINGS,
-                    help="all: any two trajectories of a task whose rewards differ; official: the official scripts'")
+                    help="all: two trajectories of a task whose rewards differ; official: the official scripts' rule")
 parser.add_argument("--max-length", type=at_least(32), default=1024,  # fewer cannot hold the prompt's chat markup
                     help="tokens per critic sequence at most; the oldest turns go first")
 parser.add_argument("--no-solution", action="store_true",
