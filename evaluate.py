@@ -2,18 +2,16 @@
 
     python evaluate.py runs/backend_train.traj.jsonl     # -> runs/backend_train.scored.jsonl
 
-Backend: the final code is taken out of `answer` and run, with the task's reference solution, on
-every test call in colbench/sandbox.py (never in this process). A test passes when the two return
-values are equal under `==` and the reference's is not None, the official rule; a test whose
-reference gives no value is the task's fault, left out and named in `broken_tests`. Adds `reward`
-(fraction of tests passed), `success` (all passed), `tests_passed`, `tests_total`, `test_results`,
-`failure` and `failure_detail`. --official-scoring applies the official evaluator's rules where they
-differ.
-Frontend: `reward` is the similarity of the final page's full-page screenshot to the reference
-page's: the CLIP cosine with --clip (the paper's), else `edge-color` (edges and colors agreeing, 0
-for a blank page), which needs no weights; `image_score` names it, `answered_page` says whether
-there was a page. --against adds the win rate per task. Prints the metrics. Departures from the
-paper: docs/DEPARTURES.md.
+Backend: the final code is taken out of `answer` and run, with the task's solution, on every test call
+in colbench/sandbox.py (never in this process). A test passes when the two return values are equal
+under `==` and the solution's is not None, the official rule; a test whose solution gives no value is
+the task's fault, left out and named in `broken_tests`. Adds `reward` (fraction of tests passed),
+`success` (all passed), `tests_passed`, `tests_total`, `test_results`, `failure` and `failure_detail`.
+Frontend: `reward` is the similarity of the final page's full-page screenshot to the target page's,
+the CLIP cosine with --clip (the paper's), else `edge-color` (edges and colors agreeing, 0 for a blank
+page); `image_score` names it, `answered_page` says whether there was a page, and `success` that the
+reward is its task's best in the file and above the task's worst (frontend_success). --against adds
+the win rate per task. Prints the metrics.
 """
 import argparse
 import collections
@@ -30,7 +28,7 @@ from tqdm import tqdm
 
 from colbench import frontend
 from colbench.cli import fail, positive_float, positive_int, trajectories_or_fail
-from colbench.data import default_output, succeeded, task_kind, write_jsonl
+from colbench.data import default_output, grouped, succeeded, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER
 from colbench.render import ChromiumMissing
 from colbench.sandbox import Sandbox
@@ -308,7 +306,17 @@ def score_frontend(records, args, progress):
     return {}
 
 
-# Scorers by task kind: each adds `reward` (and `success` where it has a meaning) to its records.
+def frontend_success(records):
+    """Add `success` to each frontend record: its reward is the best of its task's samples in this file and
+    above the task's worst. A page's similarity has no pass mark of its own (CLIP's and edge-color's scales
+    differ); the best of k is what rejection sampling keeps (harness/baselines.py --method rft)."""
+    records_of_task = grouped(records, lambda record: record["task_id"])
+    for record in records:
+        task_rewards = [other["reward"] for other in records_of_task[record["task_id"]]]
+        record["success"] = record["reward"] == max(task_rewards) > min(task_rewards)
+
+
+# Scorers by task kind: each adds `reward` (and backend `success`) to its records.
 SCORERS = {"backend": score_backend, "frontend": score_frontend}
 
 
@@ -320,26 +328,24 @@ def percent(values):
 
 def summarize(records):
     """Mean % tests passed, success rate, and best-of-k of both when tasks have k > 1 samples."""
-    by_task = collections.defaultdict(list)
-    for record in records:
-        by_task[record["task_id"]].append(record)
+    records_of_task = grouped(records, lambda record: record["task_id"])
     if all(task_kind(r["task"]) == "frontend" for r in records):
-        summary = {"trajectories": len(records), "tasks": len(by_task),
+        summary = {"trajectories": len(records), "tasks": len(records_of_task),
                    "image_score": records[0].get("image_score"),
                    "mean_score": round(sum(r["reward"] for r in records) / len(records), 4)}
-        if max(len(samples) for samples in by_task.values()) > 1:
+        if max(len(samples) for samples in records_of_task.values()) > 1:
             summary["best_of_k_score"] = round(
-                sum(max(r["reward"] for r in s) for s in by_task.values()) / len(by_task), 4)
+                sum(max(r["reward"] for r in s) for s in records_of_task.values()) / len(records_of_task), 4)
         return summary
-    summary = {"trajectories": len(records), "tasks": len(by_task),
+    summary = {"trajectories": len(records), "tasks": len(records_of_task),
                "mean_tests_passed_pct": percent(r["reward"] for r in records),
                "success_rate_pct": percent(succeeded(r) for r in records)}
-    sizes = sorted({len(samples) for samples in by_task.values()})
+    sizes = sorted({len(samples) for samples in records_of_task.values()})
     if sizes[-1] > 1:
         summary["best_of_k"] = {
             "k": sizes[0] if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}",
-            "tests_passed_pct": percent(max(r["reward"] for r in s) for s in by_task.values()),
-            "success_rate_pct": percent(any(succeeded(r) for r in s) for s in by_task.values())}
+            "tests_passed_pct": percent(max(r["reward"] for r in s) for s in records_of_task.values()),
+            "success_rate_pct": percent(any(succeeded(r) for r in s) for s in records_of_task.values())}
     summary["failures"] = dict(collections.Counter(r["failure"] for r in records
                                                    if r.get("failure")))
     broken = {(r["task_id"], name): reason
@@ -439,12 +445,13 @@ def main(argv=None):
     if "frontend" in by_kind(to_score):
         refuse_other_image_score(others, args.against, frontend.image_score_name(args.clip))
     seconds = score_all(to_score, args)
+    kinds = by_kind(records)
+    frontend_success(kinds["frontend"])  # of the whole file: kept rewards count too
 
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     write_jsonl(out + ".tmp", records)
     os.replace(out + ".tmp", out)  # a killed run leaves no half-written output
 
-    kinds = by_kind(records)
     summary = summarize(kinds["backend"]) if kinds["backend"] else {}
     if kinds["frontend"]:
         summary["frontend"] = summarize(kinds["frontend"])

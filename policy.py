@@ -6,11 +6,9 @@ At every agent turn state o_t of the offline trajectories (the dialogue before t
 --candidates replies from the starting policy, score each with the critic's advantage A(o_t, a, c)
 (critic.py's `score_candidates`), and pair a random top-half candidate (chosen) with a random
 bottom-half one (rejected). The policy then trains on these pairs with DPO plus λ·NLL of the chosen
-reply. Read top to bottom: sampling, the ranking, the pairs, log-probs and π_ref, Eq. 4, the loop,
-the stage; sampling, ranking and training are three phases, each freeing its models. Writes the
-policy folder once whole: candidates.jsonl, pairs.jsonl (TRL's preference format), args.json,
-log.jsonl and the checkpoint, which `rollout.py --agent` runs. The paper's baselines (Multi-Turn
-DPO, RFT) are harness/baselines.py. Departures from the paper: docs/DEPARTURES.md.
+reply. Sampling, ranking and training are three phases, each freeing its models. Writes the policy
+folder once whole: candidates.jsonl, pairs.jsonl (TRL's preference format), args.json, log.jsonl
+and the checkpoint, which `rollout.py --agent` runs.
 """
 import argparse
 import gc
@@ -28,13 +26,14 @@ from colbench import distributed
 from colbench.cli import (at_least, fail, fraction, non_negative_float, non_negative_int,
                           positive_float, positive_int, require_server, server_url,
                           trajectories_or_fail)
-from colbench.data import (DataError, default_output, finish_folder, partial_folder, read_jsonl,
+from colbench.data import (DataError, default_output, finish_folder, grouped, partial_folder, read_jsonl,
                            trajectory_subset, write_jsonl)
 from colbench.env import agent_messages, turn_budget, turn_states
 from colbench.models import (DTYPES, SCHEDULES, EndpointChat, adamw, autocast, chat_text,
                              compute_dtype, describe_dtype, load_model, sample_candidates,
                              tokenize_turns)
-from critic import load_critic, logps_of, score_candidates
+from colbench.fast_logps import remembering, shared_prefix_logps
+from critic import load_critic, score_candidates, sequence_logps
 
 RANDOM_CRITIC = "random"  # --critic random: random scores, a control for what the ranking adds
 PER_PASS = 4  # pairs of one turn state in one forward pass at most: memory stays small
@@ -74,14 +73,15 @@ parser.add_argument("--batch-size", type=positive_int, default=8,
                     help="pairs per optimizer step (paper: 8)")
 parser.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,
                     help="constant, or cosine: the official code's (3%% warm-up, decay to 0.1x)")
+parser.add_argument("--max-grad-norm", type=positive_float, default=1.0,
+                    help="clip the gradients' norm to this at each step (paper: not given; TRL's default: 1.0)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="sampling, ranking and training forward passes; auto: bf16 where the "
                          "hardware computes it natively")
 parser.add_argument("--seed", type=non_negative_int, default=0,
                     help="seed for subsetting, sampling, pairing and shuffling")
 scale = parser.add_argument_group("scale (docs/SCALING.md)")
-scale.add_argument("--plain", action="store_true",
-                   help="log-probs the plain way only: each sequence encoded whole (slower, same numbers)")
+scale.add_argument("--fast", action="store_true", help="the fast log-probs, same numbers (colbench/fast_logps.py)")
 scale.add_argument("--sample-batch-size", type=positive_int, default=16,
                    help="sequences per batched generate call")
 scale.add_argument("--sampler", type=server_url,
@@ -148,8 +148,8 @@ def top_bottom_pairs(scores, pairs_per_turn, rng):
     median candidate sits out."""
     order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
     half = len(order) // 2
-    crossing = [(c, r) for c in order[:half] for r in order[len(order) - half:]
-                if scores[c] > scores[r]]
+    crossing = [(chosen, rejected) for chosen in order[:half] for rejected in order[len(order) - half:]
+                if scores[chosen] > scores[rejected]]
     return rng.sample(crossing, min(pairs_per_turn, len(crossing)))
 
 
@@ -158,18 +158,19 @@ def state_pairs(trajectory, turn, history, replies, scores, pairs_per_turn, rng)
     by the critic's `scores`, under the prompt the agent saw there."""
     prompt = agent_messages(trajectory["task"], history, turn_budget(trajectory))
     return [{"task_id": trajectory["task_id"], "sample_idx": trajectory["sample_idx"], "turn": turn,
-             "prompt": prompt, "chosen": [{"role": "assistant", "content": replies[c]}],
-             "rejected": [{"role": "assistant", "content": replies[r]}],
-             "chosen_score": scores[c], "rejected_score": scores[r]}
-            for c, r in top_bottom_pairs(scores, pairs_per_turn, rng)]
+             "prompt": prompt, "chosen": [{"role": "assistant", "content": replies[chosen]}],
+             "rejected": [{"role": "assistant", "content": replies[rejected]}],
+             "chosen_score": scores[chosen], "rejected_score": scores[rejected]}
+            for chosen, rejected in top_bottom_pairs(scores, pairs_per_turn, rng)]
 
 
-def rank(states, candidates, critic_dir, pairs_per_turn, seed, rng, dtype, fast=True):
+def rank(states, candidates, critic_dir, pairs_per_turn, seed, rng, autocast_dtype, logps_fn):
     """Each state's candidates scored by the critic (or at random), then paired: the lines of
     candidates.jsonl (each state's candidates and their scores) and of pairs.jsonl."""
-    critic = None if critic_dir == RANDOM_CRITIC else load_critic(critic_dir, dtype=dtype, fast=fast)
+    critic = None if critic_dir == RANDOM_CRITIC else load_critic(critic_dir, autocast_dtype=autocast_dtype,
+                                                                  logps_fn=logps_fn)
     draw = random.Random(f"random scores {seed}")
-    scored, rows = [], []
+    candidate_rows, pair_rows = [], []
     for state, replies in tqdm(list(zip(states, candidates)), desc="ranking", unit="state"):
         trajectory, turn, history = state
         if critic is None:  # as a critic would, it gives the same reply the same score
@@ -178,12 +179,12 @@ def rank(states, candidates, critic_dir, pairs_per_turn, seed, rng, dtype, fast=
         else:
             scores = score_candidates(critic, trajectory["task"], history, turn_budget(trajectory),
                                       replies)
-        scored.append(dict(zip(("task_id", "sample_idx", "turn"), state_key(state)),
-                           candidates=replies, scores=scores))
-        rows += state_pairs(trajectory, turn, history, replies, scores, pairs_per_turn, rng)
+        candidate_rows.append(dict(zip(("task_id", "sample_idx", "turn"), state_key(state)),
+                                   candidates=replies, scores=scores))
+        pair_rows += state_pairs(trajectory, turn, history, replies, scores, pairs_per_turn, rng)
     del critic
     gc.collect()
-    return scored, rows
+    return candidate_rows, pair_rows
 
 
 # ---------------------------------------------------------------- phase 3: log-probs, π_ref, Eq. 4
@@ -195,11 +196,10 @@ def tokenize_completion(tokenizer, prompt, completion):
     return ids, spans[len(spans) - sum(m["role"] == "assistant" for m in completion):]
 
 
-def completion_logps(model, sequences, fast=True, memory=None):
-    """log π(completion | prompt) of (ids, spans) sequences that share their prompt: the summed
-    log-probs of the span tokens, [n], and their token counts, [n] (critic.py's logps_of)."""
-    logps = logps_of(model, [ids for ids, _ in sequences],
-                     min(spans[0][0] for _, spans in sequences), fast, memory)
+def completion_logps(model, sequences, logps_fn):
+    """log π(completion | prompt) of (ids, spans) sequences that share their prompt, by `logps_fn` (critic.py's
+    sequence_logps, or with --fast shared_prefix_logps): the span tokens' summed log-probs, [n], and counts, [n]."""
+    logps = logps_fn(model, [ids for ids, _ in sequences], min(spans[0][0] for _, spans in sequences))
     # Entry i - 1 of a row is token i's log-prob: a span [start, end) is entries start - 1 to end - 1.
     sums = torch.stack([sum(row[start - 1:end - 1].sum() for start, end in spans)
                         for row, (_, spans) in zip(logps, sequences)])
@@ -210,10 +210,8 @@ def completion_logps(model, sequences, fast=True, memory=None):
 def prompt_groups(indices, prompt_of):
     """Indices whose prompt_of(index) is the same (a turn state's pairs), PER_PASS at most a group,
     in the order of their first: a group stays side by side in the shuffle and is one forward pass."""
-    by_prompt = {}
-    for i in indices:
-        by_prompt.setdefault(prompt_of(i), []).append(i)
-    return [same[k:k + PER_PASS] for same in by_prompt.values() for k in range(0, len(same), PER_PASS)]
+    same_prompt = grouped(indices, prompt_of).values()
+    return [same[k:k + PER_PASS] for same in same_prompt for k in range(0, len(same), PER_PASS)]
 
 
 def pair_prompt(pair):
@@ -223,23 +221,24 @@ def pair_prompt(pair):
 
 
 @torch.no_grad()
-def reference_logps(model, pairs, dtype, fast=True):
+def reference_logps(model, pairs, autocast_dtype, logps_fn):
     """π_ref of Eq. 4, the model before training: [len(pairs), 2], the summed log-probs of each
     pair's chosen and rejected completion, computed once, a turn state's pairs in one pass."""
     model.eval()
     groups = prompt_groups(range(len(pairs)), lambda i: pair_prompt(pairs[i]))
-    mine, memory = [], {}  # fast: a dialogue's next turn state continues the cache of the one before
-    for group, weight in tqdm(list(distributed.share(groups)), desc="π_ref log-probs", unit="prompt"):
-        with autocast(model.device, dtype):
+    logps_fn = remembering(logps_fn)  # --fast: a dialogue's next turn state continues the one before
+    mine = []
+    for group, padding in tqdm(list(distributed.share(groups)), desc="π_ref log-probs", unit="prompt"):
+        with autocast(model.device, autocast_dtype):
             sides = [pairs[i][side] for i in group for side in ("chosen", "rejected")]
-            logps, _ = completion_logps(model, sides, fast, memory)
-        if weight:  # torchrun: weight 0 marks a padding pass
+            logps, _ = completion_logps(model, sides, logps_fn)
+        if not padding:  # torchrun: a padding pass's results are dropped
             mine += [(i, logps[2 * k:2 * k + 2]) for k, i in enumerate(group)]
     model.train()
-    reference = torch.zeros(len(pairs), 2)
+    reference_pair_logps = torch.zeros(len(pairs), 2)
     for i, logps in distributed.gather(mine):  # torchrun: every process gets every pair's
-        reference[i] = logps
-    return reference
+        reference_pair_logps[i] = logps
+    return reference_pair_logps
 
 
 def dpo_nll_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
@@ -268,34 +267,34 @@ def shuffled_batches(groups, batch_size, epochs, rng):
             yield epoch * steps_per_epoch + number + 1, epoch + 1, batch
 
 
-def train(model, pairs, reference, rng, log, dtype, epochs, batch_size, lr, lr_schedule, beta,
-          nll_coef, fast):
-    """AdamW over shuffled batches of `batch_size` pairs, a turn state's pairs side by side and in
-    one forward pass, gradients added up over a batch; a log line per step. `model` is as
-    distributed.wrap returned it; `reference`: [pairs, 2], π_ref's log-probs."""
+def train(model, pairs, reference_pair_logps, rng, logps_fn, autocast_dtype, log, args):
+    """AdamW with the settings `args` over shuffled batches of pairs, a turn state's pairs side by side and in
+    one forward pass, gradients added up over a batch; a log line per step. `model` is as distributed.wrap
+    returned it; `reference_pair_logps`: [pairs, 2], π_ref's log-probs."""
     groups = prompt_groups(range(len(pairs)), lambda i: pair_prompt(pairs[i]))
-    steps = math.ceil(len(pairs) / batch_size) * epochs
-    optimizer, schedule = adamw(model, lr, steps, lr_schedule)
+    steps = math.ceil(len(pairs) / args.batch_size) * args.epochs
+    optimizer, schedule = adamw(model, args.lr, steps, args.lr_schedule)
     device, history = next(model.parameters()).device, []
-    for step, epoch, batch in shuffled_batches(groups, batch_size, epochs, rng):
+    for step, epoch, batch in shuffled_batches(groups, args.batch_size, args.epochs, rng):
         started, measured = time.time(), []
         passes = prompt_groups(batch, lambda i: pair_prompt(pairs[i]))
-        for group, weight in distributed.share(passes, model):  # torchrun: a share of the passes
-            with autocast(device, dtype):
+        for group, padding in distributed.share(passes, model):  # torchrun: a share of the passes
+            with autocast(device, autocast_dtype):
                 sides = [pairs[i][side] for i in group for side in ("chosen", "rejected")]
-                logps, counts = completion_logps(model, sides, fast)
+                logps, counts = completion_logps(model, sides, logps_fn)
                 logps, counts = logps.view(-1, 2), counts.view(-1, 2)  # [pairs, 2]: chosen, rejected
-                ref = reference[group].to(device)  # [pairs, 2]
+                reference_of_group = reference_pair_logps[group].to(device)  # [pairs, 2]
                 # --- SWEET-RL: Eq. 4 on each pair
                 losses, chosen_rewards, rejected_rewards = dpo_nll_loss(
-                    logps[:, 0], logps[:, 1], ref[:, 0], ref[:, 1], counts[:, 0], beta, nll_coef)
-            distributed.backward(losses.sum() / len(batch), weight)  # .backward() of the batch mean
-            if weight:
+                    logps[:, 0], logps[:, 1], reference_of_group[:, 0], reference_of_group[:, 1], counts[:, 0],
+                    args.beta, args.nll_coef)
+            distributed.backward(losses.sum() / len(batch), padding)  # .backward() of the batch mean
+            if not padding:
                 margins = (chosen_rewards - rejected_rewards).tolist()
-                measured += [{"accuracy": float(m > 0), "margin": m, "chosen_logps": c,
-                              "rejected_logps": r, "loss": loss, "tokens": counts.sum().item() / len(group)}
-                             for m, (c, r), loss in zip(margins, logps.tolist(), losses.tolist())]
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                measured += [{"accuracy": float(margin > 0), "margin": margin, "chosen_logps": chosen,
+                              "rejected_logps": rejected, "loss": loss, "tokens": counts.sum().item() / len(group)}
+                             for margin, (chosen, rejected), loss in zip(margins, logps.tolist(), losses.tolist())]
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
@@ -320,15 +319,17 @@ def log_step(log, step, epoch, steps, measured, batch_size, started):
 
 # ---------------------------------------------------------------- the stage
 
-def write_ranking(folder, arguments, scored, rows):
+def write_ranking(folder, arguments, candidate_rows, pair_rows):
     """args.json, candidates.jsonl (each state's candidates and scores) and pairs.jsonl."""
     with open(os.path.join(folder, "args.json"), "w") as f:
         json.dump(arguments, f, indent=2)
-    write_jsonl(os.path.join(folder, "candidates.jsonl"), scored)
-    write_jsonl(os.path.join(folder, "pairs.jsonl"), rows)
+    write_jsonl(os.path.join(folder, "candidates.jsonl"), candidate_rows)
+    write_jsonl(os.path.join(folder, "pairs.jsonl"), pair_rows)
 
 
 def main(args):
+    if args.fast and (args.fsdp or args.gradient_checkpointing):  # neither backpropagates into a shared KV cache
+        parser.error("--fast cannot be used with --fsdp or --gradient-checkpointing")
     distributed.init()  # torchrun: join the process group; a plain run is the only process
     out = args.out or default_output(args.scored, ".policy")
     print("policy:", json.dumps(vars(args)), f"-> {out}/", flush=True)
@@ -346,42 +347,40 @@ def main(args):
     if args.sampler:
         require_server("--sampler", args.sampler)
     sampled = earlier_candidates(args.sampled, states) if args.sampled else None
-    dtype, why = compute_dtype(args.dtype)
-    describe_dtype("policy", dtype, why)
-    mine = [state for state, weight in distributed.share(states) if weight]  # torchrun: a share
+    autocast_dtype, why = compute_dtype(args.dtype)
+    describe_dtype("policy", autocast_dtype, why)
+    logps_fn = shared_prefix_logps if args.fast else sequence_logps  # --fast: the named fast path
+    mine = [state for state, padding in distributed.share(states) if not padding]  # torchrun: a share
     if sampled:
         candidates = [sampled[state_key(state)] for state in mine]
     else:
         candidates = sample(mine, args.model, args.sampler, args.candidates, args.max_new_tokens,
-                            args.temperature, args.sample_batch_size, dtype)
-    ranked = rank(mine, candidates, critic_dir, args.pairs_per_turn, args.seed, rng, dtype,
-                  fast=not args.plain)
-    scored, rows = map(distributed.gather, ranked)  # torchrun: every process's
-    print(f"{len(rows)} pairs from {len(states)} turn states of {len(trajectories)} trajectories")
-    if not rows:
+                            args.temperature, args.sample_batch_size, autocast_dtype)
+    ranked = rank(mine, candidates, critic_dir, args.pairs_per_turn, args.seed, rng, autocast_dtype, logps_fn)
+    candidate_rows, pair_rows = map(distributed.gather, ranked)  # torchrun: every process's
+    print(f"{len(pair_rows)} pairs from {len(states)} turn states of {len(trajectories)} trajectories")
+    if not pair_rows:
         fail("no pairs: every candidate of every state scored the same")
     folder = partial_folder(out) if distributed.is_main() else None  # renamed to `out` once whole
     if folder:
-        write_ranking(folder, vars(args), scored, rows)
+        write_ranking(folder, vars(args), candidate_rows, pair_rows)
 
     # Phase 3: DPO + NLL from the starting policy, fp32 master weights (bf16 rounds updates away).
     model, tokenizer = load_model(args.model, trainable=True)
-    # The fast log-probs by default; FSDP and checkpointing cannot backpropagate into its KV cache.
-    fast = not (args.plain or args.fsdp or args.gradient_checkpointing)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     # torchrun: DDP replicas, or with --fsdp `model` itself sharded (before π_ref, which FSDP then
     # computes as training does). A plain run trains `model` itself.
-    trained = distributed.wrap(model, args.fsdp, dtype)
+    trained = distributed.wrap(model, args.fsdp, autocast_dtype)
     pairs = [{side: tokenize_completion(tokenizer, row["prompt"], row[side])
-              for side in ("chosen", "rejected")} for row in rows]
+              for side in ("chosen", "rejected")} for row in pair_rows]
     # --- SWEET-RL: π_ref of Eq. 4, the starting policy's log-probs of each pair
-    reference = reference_logps(model, pairs, dtype, fast)
+    reference_pair_logps = reference_logps(model, pairs, autocast_dtype, logps_fn)
     started = time.time()
     with open(os.path.join(folder, "log.jsonl") if folder else os.devnull, "w") as log:
         # The training order has its own seed, so that every torchrun process draws the same one.
-        history = train(trained, pairs, reference, random.Random(args.seed), log, dtype, args.epochs,
-                        args.batch_size, args.lr, args.lr_schedule, args.beta, args.nll_coef, fast)
+        history = train(trained, pairs, reference_pair_logps, random.Random(args.seed), logps_fn, autocast_dtype,
+                        log, args)
     if distributed.save_checkpoint(folder, model, tokenizer):  # torchrun: only the first writes
         finish_folder(folder, out)
         last = history[-1]

@@ -39,7 +39,7 @@ from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_flo
                           positive_int, require_server)
 from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, TURN_BUDGET_NOTE, Episode, agent_messages, html_page, turn_budget
-from colbench.fast_logps import TargetLogSoftmax, shared_prefix_logps
+from colbench.fast_logps import TargetLogSoftmax, remembering, shared_prefix_logps
 from colbench.fast_sampling import ReservedLayer, keep_freed_memory, sample_shrinking_batch
 from colbench.models import EndpointChat, Reply, chat_text, load_model, sample_plain, tokenize_turns
 from colbench.render import render, render_many
@@ -1446,14 +1446,16 @@ def test_critic_advantage_changes_with_the_solution_only_when_it_is_shown(two_mo
 @pytest.mark.parametrize("normalize", [True, False])
 def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_critic, normalize):
     scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
-                           normalize=normalize)
+                           normalize=normalize, logps_fn=remembering(shared_prefix_logps))  # --fast's scoring
     plain_scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
-                                 normalize=normalize, fast=False)  # the plain way: each reply's sequence whole
+                                 normalize=normalize)  # the plain way: each reply's sequence whole
     plain_scores = critic.score_candidates(plain_scorer, TIP_TASK, HISTORY, 3, CANDIDATES)
     critic.score_candidates(scorer, TIP_TASK, HISTORY[:1], 3, CANDIDATES[:2])  # the dialogue's turn state before
-    earlier = scorer.memory["critic"]["ids"]
+    memory = scorer.logps_fn.keywords["memory"]  # each model's prefix encoded last
+    assert set(memory) == {scorer.model, scorer.reference_model}
+    earlier = memory[scorer.model]["ids"]
     shared = critic.score_candidates(scorer, TIP_TASK, HISTORY, 3, CANDIDATES + CANDIDATES[:1])  # one twice
-    assert scorer.memory["critic"]["ids"][:len(earlier)] == earlier and len(scorer.memory["critic"]["ids"]) > len(earlier)
+    assert memory[scorer.model]["ids"][:len(earlier)] == earlier and len(memory[scorer.model]["ids"]) > len(earlier)
     assert shared[-1] == shared[0]  # a reply sampled twice gets one score
     for candidate, score in zip(CANDIDATES, shared):
         messages = critic.critic_messages(TIP_TASK, HISTORY + [{"role": "assistant", "content": candidate}], 3)
@@ -1464,6 +1466,29 @@ def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_c
         plain = critic.turn_advantages(critic_logps, reference_logps, spans[-1:], normalize).item()
         assert score == pytest.approx(plain, abs=1e-4)
     assert shared[:-1] == pytest.approx(plain_scores, abs=1e-4)
+
+
+def test_critic_scores_candidates_on_the_view_cut_to_max_length_it_trained_on(tiny_model, tmp_path):
+    folder = tmp_path / "critic"
+    shutil.copytree(tiny_model, folder)  # π_θ: the tiny model; π_ref: another one, as args.json names it
+    base = build_tiny_model(str(tmp_path / "base"), seed=1)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    whole = [len(tokenize_turns(tokenizer, critic.critic_messages(
+        TIP_TASK, HISTORY + [{"role": "assistant", "content": reply}], 3))[0]) for reply in CANDIDATES]
+    max_length = min(whole) - 3  # every candidate's whole view is over it: the oldest exchange goes
+    (folder / "args.json").write_text(json.dumps({"model": base, "model_path": base, "no_solution": False,
+                                                  "no_normalize": False, "max_length": max_length}))
+    loaded = critic.load_critic(str(folder))
+    scores = critic.score_candidates(loaded, TIP_TASK, HISTORY, 3, CANDIDATES)
+    for reply, score in zip(CANDIDATES, scores):
+        ids, spans, dropped, _ = critic.fit_to_length(tokenizer, TIP_TASK, HISTORY + [{"role": "assistant",
+                                                                                      "content": reply}], 3, True,
+                                                      max_length)
+        assert dropped == 1 and len(spans) == 1
+        with torch.no_grad():
+            critic_logps = sequence_logps(loaded.model, [ids])[0]
+            reference_logps = sequence_logps(loaded.reference_model, [ids])[0]
+        assert score == pytest.approx(critic.turn_advantages(critic_logps, reference_logps, spans).item(), abs=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -1488,13 +1513,25 @@ def test_shared_prefix_logps_of_one_task_equal_sequence_logps_of_each_trajectory
     encoded = [tokenize_turns(two_model_critic.tokenizer, critic.critic_messages(TIP_TASK, d, 3))
                for d in dialogues]
     with torch.no_grad():
-        fast, _ = shared_prefix_logps(two_model_critic.model, [ids for ids, _ in encoded],
-                                      min(spans[0][0] for _, spans in encoded))
+        fast = shared_prefix_logps(two_model_critic.model, [ids for ids, _ in encoded],
+                                   min(spans[0][0] for _, spans in encoded))
         for (ids, spans), fast_logps in zip(encoded, fast):
             plain = sequence_logps(two_model_critic.model, [ids])[0]
             assert fast_logps.shape == plain.shape
             for start, end in spans:  # every agent token, exactly where the plain path puts it
                 assert torch.allclose(fast_logps[start - 1:end - 1], plain[start - 1:end - 1], atol=1e-4)
+
+
+def test_shared_prefix_logps_of_sequences_sharing_under_two_tokens_equal_the_plain_way(two_model_critic):
+    model = two_model_critic.model
+    for sequences in ([[5, 6, 7, 8], [9, 10, 11]], [[5, 6, 7, 8], [5, 10, 11]], [[5, 6, 7], [5, 6, 9]]):
+        for scored_from in (1, 2, 3):  # 1: nothing may be shared; 2 and 3: at most the first token or two
+            with torch.no_grad():
+                fast = shared_prefix_logps(model, sequences, scored_from)
+                for ids, row in zip(sequences, fast):
+                    plain = sequence_logps(model, [ids])[0]
+                    assert row.shape == plain.shape
+                    assert torch.allclose(row[scored_from - 1:], plain[scored_from - 1:], atol=1e-4), (sequences, scored_from)
 
 
 def test_ranking_quality_on_a_planted_case():
@@ -1570,6 +1607,21 @@ def test_critic_max_length_drops_the_oldest_exchanges_and_keeps_the_problem_and_
     assert TIP_TASK["problem_description"] in kept and TIP_TASK["ground_truth"].strip() in kept
 
 
+def test_critic_max_length_keeps_the_last_turn_note_when_one_agent_turn_is_left(tiny_model):
+    from colbench.env import LAST_TURN_NOTE
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    trajectory = scored(TIP_TASK, 0, ["first question?", "I WANT TO ANSWER: def tip(bill): return 1"], 0.0,
+                        human="It is 18 percent." + LAST_TURN_NOTE)  # the reply before the last of 2 turns
+    dialogue = trajectory["dialogue_history"]
+    full_ids, _, _, _ = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 2, True, 10_000)
+    ids, spans, dropped, _ = critic.fit_to_length(tokenizer, TIP_TASK, dialogue, 2, True, len(full_ids) - 5)
+    assert (len(spans), dropped) == (1, 1)
+    before_last_turn = tokenizer.decode(ids[:spans[0][0]])
+    assert "first question?" not in before_last_turn and "It is 18 percent." not in before_last_turn
+    assert LAST_TURN_NOTE.strip() in before_last_turn  # the agent's last turn is still marked as its last
+    assert dialogue[2]["content"].endswith(LAST_TURN_NOTE) and not dialogue[0]["content"].endswith(LAST_TURN_NOTE)
+
+
 def planted_pattern_file(path, n_tasks=24):
     """Per task: one trajectory whose agent says the planted phrase (reward 1) and two that do not (reward 0)."""
     rng = random.Random(0)
@@ -1611,7 +1663,7 @@ def test_critic_trains_the_same_the_plain_way_and_the_fast_way(tmp_path, tiny_mo
     data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=6)
     common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "4",
               "--eval-fraction", "0.34", "--dtype", "fp32"]
-    for name, flags in (("fast", []), ("plain", ["--plain"])):
+    for name, flags in (("fast", ["--fast"]), ("plain", [])):
         critic.main(critic.parser.parse_args([*common, *flags, "--out", str(tmp_path / name)]))
     fast, plain = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("fast", "plain"))
     assert fast["steps"] == plain["steps"] > 1 and fast["eval_pairs"] == plain["eval_pairs"] > 0
@@ -1835,17 +1887,17 @@ def test_policy_pairs_follow_the_critic_alone_under_the_prompt_the_agent_saw():
 
 
 def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model, tmp_path):
-    from policy import reference_logps, tokenize_completion, train
+    from policy import parser, reference_logps, tokenize_completion, train
     model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
     prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "I want a tip calculator."}]
     pairs = [{"chosen": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": chosen}]),
               "rejected": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": rejected}])}
              for chosen, rejected in [("What percent is the tip?", "def tip(bill): return bill"),
                                       ("Round to 2 decimal places?", "I WANT TO ANSWER: def f(x): return 1")]]
-    reference = reference_logps(model, pairs, torch.float32)
+    reference = reference_logps(model, pairs, torch.float32, shared_prefix_logps)
+    settings = parser.parse_args(["x", "--epochs", "6", "--batch-size", "2", "--lr", "1e-3", "--nll-coef", "0.01"])
     with open(tmp_path / "log.jsonl", "w") as log:
-        history = train(model, pairs, reference, random.Random(0), log, torch.float32, epochs=6, batch_size=2,
-                        lr=1e-3, lr_schedule="constant", beta=0.1, nll_coef=0.01, fast=True)
+        history = train(model, pairs, reference, random.Random(0), shared_prefix_logps, torch.float32, log, settings)
     assert len(history) == 6 and len(read_jsonl(tmp_path / "log.jsonl")) == 6
     assert abs(history[0]["margin"]) < 1e-6  # policy == reference at the first step
     assert history[-1]["margin"] > history[0]["margin"] + 0.05 and history[-1]["accuracy"] == 1.0
@@ -1853,7 +1905,7 @@ def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model,
 
 
 def test_policy_batch_gives_the_same_gradient_the_plain_way_and_the_fast_way(tiny_model, monkeypatch):
-    from policy import PER_PASS, pair_prompt, prompt_groups, reference_logps, tokenize_completion, train
+    from policy import PER_PASS, pair_prompt, parser, prompt_groups, reference_logps, tokenize_completion, train
     _, tokenizer = load_model(tiny_model, device="cpu")
     prompts = [[{"role": "system", "content": "Ask first."}, {"role": "user", "content": problem}]
                for problem in ("A tip calculator.", "Pay for a shift.")]
@@ -1865,15 +1917,15 @@ def test_policy_batch_gives_the_same_gradient_the_plain_way_and_the_fast_way(tin
     assert [len(group) for group in prompt_groups(range(12), lambda i: pair_prompt(pairs[i % 4]))] == [PER_PASS, 2,
                                                                                                        PER_PASS, 2]
     gradients, references = {}, {}
-    for fast in (True, False):
+    settings = parser.parse_args(["x", "--batch-size", "4", "--lr", "1e-3"])
+    for fast, logps_fn in ((True, shared_prefix_logps), (False, sequence_logps)):
         model, _ = load_model(tiny_model, trainable=True, device="cpu")
         seen = gradients.setdefault(fast, [])  # the batch's gradient, before clipping and the step
         monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
                             lambda parameters, _: seen.extend(p.grad.clone() for p in parameters))
-        references[fast] = reference_logps(model, pairs, torch.float32, fast)
+        references[fast] = reference_logps(model, pairs, torch.float32, logps_fn)
         with open(os.devnull, "w") as log:
-            train(model, pairs, references[fast], random.Random(0), log, torch.float32, epochs=1, batch_size=4,
-                  lr=1e-3, lr_schedule="constant", beta=0.1, nll_coef=1.0, fast=fast)
+            train(model, pairs, references[fast], random.Random(0), logps_fn, torch.float32, log, settings)
     assert references[True].shape == (4, 2) and torch.allclose(references[True], references[False], atol=1e-4)
     assert len(gradients[True]) == len(gradients[False]) > 0
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(gradients[True], gradients[False]))
@@ -1886,7 +1938,7 @@ def test_policy_shared_prompt_logps_and_gradients_equal_full_sequence_ones(tiny_
               {"role": "assistant", "content": "What percent?"}, {"role": "user", "content": "18 percent."}]
     sequences = [tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": reply}])
                  for reply in ("Round to cents?", "I WANT TO ANSWER: def tip(bill): return bill * 0.18")]
-    shared, counts = completion_logps(model, sequences)
+    shared, counts = completion_logps(model, sequences, shared_prefix_logps)
     shared.sum().backward()
     shared_grad = model.lm_head.weight.grad.clone()
     model.zero_grad()
@@ -1898,6 +1950,39 @@ def test_policy_shared_prompt_logps_and_gradients_equal_full_sequence_ones(tiny_
     torch.stack(full).sum().backward()
     assert torch.allclose(shared, torch.stack(full).detach(), atol=1e-4)
     assert torch.allclose(shared_grad, model.lm_head.weight.grad, atol=1e-6)
+
+
+def test_critic_and_policy_run_by_default_the_sequence_logps_they_show(tmp_path, scored_file, critic_dir, tiny_model,
+                                                                        monkeypatch):
+    """A default run executes critic.py's sequence_logps, never colbench/fast_logps.py (its hand-written backward
+    included): the fast path runs only under --fast, which refuses the flags it cannot serve."""
+    import colbench.fast_logps
+    import policy
+    calls, plain = [], critic.sequence_logps
+
+    def counted(model, sequences, scored_from=1):
+        calls.append(len(sequences))
+        return plain(model, sequences, scored_from)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the fast path ran without --fast")
+    for module in (critic, policy):
+        monkeypatch.setattr(module, "sequence_logps", counted)
+        monkeypatch.setattr(module, "shared_prefix_logps", never)
+    for name in ("shared_prefix_logps", "encode_prefix", "token_logps"):
+        monkeypatch.setattr(colbench.fast_logps, name, never)
+    monkeypatch.setattr(colbench.fast_logps.TargetLogSoftmax, "apply", never)
+    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=4)
+    critic.main(critic.parser.parse_args([data, "--model", tiny_model, "--out", str(tmp_path / "critic"),
+                                          "--dtype", "fp32"]))
+    assert calls and (tmp_path / "critic" / "metrics.json").exists()
+    trained = len(calls)
+    policy.main(policy.parser.parse_args([scored_file, "--critic", critic_dir, "--model", tiny_model, "--candidates", "2",
+                                          "--max-new-tokens", "4", "--dtype", "fp32", "--out", str(tmp_path / "policy")]))
+    assert len(calls) > trained and (tmp_path / "policy" / "config.json").exists()
+    for stage in (critic, policy):
+        with pytest.raises(SystemExit):
+            stage.main(stage.parser.parse_args([data, "--fast", "--gradient-checkpointing"]))
 
 
 def rollout_runs(policy_dir, tmp_path):
@@ -1974,6 +2059,23 @@ def test_policy_baselines_end_to_end(tmp_path, scored_file, tiny_model, method, 
         assert len(rows) == 1 and rows[0]["sample_idx"] == 0 and rows[0]["completion"][-1]["role"] == "assistant"
     assert ("nll" if method == "rft" else "margin") in read_jsonl(f"{out}/log.jsonl")[0]
     rollout_runs(out, tmp_path)
+
+
+def test_rft_runs_on_frontend_data_where_each_tasks_best_page_is_a_success(tmp_path, tiny_model):
+    pages = [{"task_id": f"page{n}", "problem_description": f"A page for bakery {n}.",
+              "ground_truth": "<html><body><h1>Bread</h1></body></html>"} for n in range(2)]
+    records = [scored(pages[0], k, ["Which colors?", "<html><body><h1>Buns</h1></body></html>"], reward)
+               for k, reward in enumerate([0.3, 0.7, 0.5])]
+    records += [scored(pages[1], k, ["<html><body>Cake</body></html>"], 0.4) for k in range(2)]  # no best: a tie
+    for record in records:
+        del record["success"]  # frontend rewards as evaluate.py scores them: a similarity, no success of its own
+    trajectories, out = write_jsonl(tmp_path / "pages.traj.jsonl", records), tmp_path / "pages.scored.jsonl"
+    run_script("evaluate.py", trajectories, "--keep-rewards", "--out", str(out))
+    assert [r["success"] for r in read_jsonl(out)] == [False, True, False, False, False]
+    result = run_script("-m", "harness.baselines", str(out), "--method", "rft", "--model", tiny_model,
+                        "--out", str(tmp_path / "rft"))
+    assert "done:" in result.stdout
+    assert [(r["task_id"], r["sample_idx"]) for r in read_jsonl(tmp_path / "rft" / "sft.jsonl")] == [("page0", 1)]
 
 
 def test_policy_mt_dpo_pairs_by_the_pairing_rule_asked_for():

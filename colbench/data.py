@@ -224,6 +224,14 @@ class JsonlAppender:
         self.close()
 
 
+def grouped(items, key):
+    """{key(item): [its items]}, keys and items in the order given: trajectories by task, pairs by task."""
+    groups = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return groups
+
+
 def succeeded(trajectory):
     """Success as evaluate.py records it (backend: every test passed); a file without `success` counts a
     reward of 1.0 as success."""

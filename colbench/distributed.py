@@ -3,9 +3,9 @@
     torchrun --nproc_per_node=N critic.py SCORED.jsonl          # N processes: gloo on CPU, nccl on CUDA
     torchrun --nproc_per_node=N critic.py SCORED.jsonl --fsdp   # parameters sharded across them (FSDP2)
 
-A plain `python critic.py ...` is process 0 of 1: `share` then yields every item with weight 1, `backward` is
-`loss.backward()`, `gather` returns its list, `wrap` returns the model, and nothing communicates. The stages
-never see a rank, and no weight enters a loss.
+A plain `python critic.py ...` is process 0 of 1: `share` then yields every item, none of them padding,
+`backward` is `loss.backward()`, `gather` returns its list, `wrap` returns the model, and nothing communicates.
+The stages never see a rank or the number of processes.
 """
 import atexit
 import contextlib
@@ -54,27 +54,26 @@ def is_main():
 
 
 def share(items, model=None):
-    """This process's share of `items` as (item, weight) pairs; one process: every item, weight 1.
+    """This process's share of `items` as (item, padding) pairs; one process: every item, padding False.
 
     Under torchrun the shares are padded to the same length, because DDP's backward and every FSDP
-    forward need all processes (a padding item has weight 0), and a real item weighs the number of
-    processes: DDP and FSDP average gradients over processes, so a loss multiplied by its weight keeps
-    the mean over the whole batch. Given the DDP `model`, gradients are synchronized on the last item
-    only (the body of the loop runs inside DDP's no_sync for the others)."""
+    forward need all processes: a padding pass repeats the first item with padding True, and its
+    results are dropped (`backward`; the caller skips its statistics). Given the DDP `model`, gradients
+    are synchronized on the last item only (the body of the loop runs inside DDP's no_sync for the others)."""
     rank, world = rank_and_world()
-    mine = [(item, world) for item in items[rank::world]]
-    mine += [(items[0], 0)] * (math.ceil(len(items) / world) - len(mine))
-    for i, (item, weight) in enumerate(mine):
+    mine = [(item, False) for item in items[rank::world]]
+    mine += [(items[0], True)] * (math.ceil(len(items) / world) - len(mine))
+    for i, (item, padding) in enumerate(mine):
         ddp_accumulates = isinstance(model, DistributedDataParallel) and i < len(mine) - 1
         with model.no_sync() if ddp_accumulates else contextlib.nullcontext():
-            yield item, weight
+            yield item, padding
 
 
-def backward(loss, weight):
-    """loss.backward() of one of `share`'s passes: a padding pass (weight 0) adds nothing to the gradients;
-    a real one counts as many times as there are processes, since DDP and FSDP average the gradients over
-    them, so that the gradient is the one process's sum over the whole batch."""
-    (loss * weight).backward()
+def backward(loss, padding=False):
+    """loss.backward() of one of `share`'s passes. A padding pass adds nothing to the gradients; a real one
+    counts as many times as there are processes, since DDP and FSDP average the gradients over them, so
+    that the gradient is the one process's sum over the whole batch."""
+    (loss * (0 if padding else rank_and_world()[1])).backward()
 
 
 def to_cpu(value):

@@ -1,13 +1,15 @@
-"""Token log-probs the fast way: the same numbers as critic.py's sequence_logps (the plain way), in less
-time and memory. critic.py switches it in (`logps_of`); test_all.py holds it equal to the plain way.
+"""Token log-probs the fast way: the same numbers as critic.py's sequence_logps (the plain way), in less time and
+memory. `--fast` switches it in, one line in critic.py and in policy.py; test_all.py holds it equal to the plain way.
 
 shared_prefix_logps  sequences that begin alike (a task's trajectories, a state's candidate replies, a
                      prompt's completions): their common beginning encoded once, its KV cache serving each
-encode_prefix        that beginning's KV cache, continuing the one encoded last where it extends it
+remembering          the same for passes without gradients that follow one another: each continues the KV
+                     cache of the beginning encoded last (encode_prefix)
 TargetLogSoftmax     log_softmax(logits)[target] a few positions at a time, its gradient written out, so
                      that no fp32 copy of the [batch, seq, vocab] logits is kept for the backward pass
 """
 import copy
+import functools
 
 import torch
 
@@ -15,39 +17,52 @@ from colbench.models import padded_batch
 
 
 def shared_prefix_logps(model, sequences, scored_from, memory=None):
-    """sequence_logps of id lists that begin alike, the fast way: their common prefix is encoded once
-    and its KV cache serves every sequence (gradients flow through it). Tokens from index
-    `scored_from` on are always scored; entries of the shared tokens before it are zeros. Returns
-    (the [len - 1] tensors, how many tokens were shared). `memory`: see encode_prefix."""
+    """sequence_logps(model, sequences, scored_from) the fast way: the sequences' common prefix is encoded once and
+    its KV cache serves every sequence (gradients flow through it). Tokens from index `scored_from` on are always
+    scored; entries of the shared tokens before it are zeros. Sequences that share fewer than two tokens are
+    encoded whole. Returns a [len - 1] tensor per sequence. `memory`: see encode_prefix."""
     shared = min(scored_from, *(len(ids) - 1 for ids in sequences))
     while any(ids[:shared] != sequences[0][:shared] for ids in sequences):
         shared -= 1  # a tokenizer may merge across the boundary: share only identical tokens
-    prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
     device = next(model.parameters()).device
+    if shared < 2:  # no prefix to encode apart (the last shared token goes with each row): each sequence whole
+        input_ids, attention_mask = padded_batch(sequences, device)
+        logps = token_logps(model, input_ids, attention_mask)
+        return [row[: len(ids) - 1] for row, ids in zip(logps, sequences)]
+    prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
     cache = encode_prefix(model, prefix, memory)
     cache.batch_repeat_interleave(len(sequences))
     input_ids, attention_mask = padded_batch([ids[shared - 1:] for ids in sequences], device, cached=len(prefix))
     logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # column j: token shared + j
     skipped = logps.new_zeros(shared - 1)
-    return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)], shared
+    return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)]
+
+
+def remembering(logps_fn):
+    """`logps_fn` for passes without gradients that follow one another, with a model whose weights stay as they
+    are (π_ref, a trained critic scoring): shared_prefix_logps remembering, for each model, the prefix it encoded
+    last, so that the next turn state of a dialogue encodes only what the turn added. The plain way as it is."""
+    if logps_fn is shared_prefix_logps:
+        return functools.partial(shared_prefix_logps, memory={})
+    return logps_fn
 
 
 def encode_prefix(model, prefix, memory=None):
-    """The KV cache of the id list `prefix`. Its own logits are never used: logits_to_keep=1 spares its LM
-    head. `memory`, a dict the caller keeps (no gradients: scoring only), holds the prefix encoded last and
-    its cache; a prefix that extends it continues that cache, so that the next turn state of a dialogue
-    encodes only what the turn added (critic.py score_candidates). The memory then holds this
-    prefix, and the caller gets a copy of its cache to grow."""
+    """The KV cache of the id list `prefix`. Its own logits are never used: logits_to_keep=1 spares its LM head.
+    `memory`, a dict the caller keeps (no gradients: scoring only), holds for each model the prefix it encoded last
+    and its cache; a prefix that extends it continues that cache. The memory then holds this prefix, and the
+    caller gets a copy of its cache to grow."""
     device = next(model.parameters()).device
+    remembered = {} if memory is None else memory.setdefault(model, {})
     cache, start = None, 0
-    if memory and prefix[:len(memory["ids"])] == memory["ids"]:
-        cache, start = memory["cache"], len(memory["ids"])
+    if remembered and prefix[:len(remembered["ids"])] == remembered["ids"]:
+        cache, start = remembered["cache"], len(remembered["ids"])
     if start < len(prefix):
         cache = model(input_ids=torch.tensor([prefix[start:]], device=device), cache=cache, use_cache=True,
                       logits_to_keep=1).cache
     if memory is None:
         return cache
-    memory.update(ids=list(prefix), cache=cache)
+    remembered.update(ids=list(prefix), cache=cache)
     return copy.deepcopy(cache)
 
 

@@ -28,7 +28,8 @@ from colbench.data import default_output, finish_folder, partial_folder, succeed
 from colbench.env import agent_messages, turn_budget
 from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype, load_model,
                              plain_messages)
-from critic import PAIRINGS, preference_pairs
+from colbench.fast_logps import shared_prefix_logps
+from critic import PAIRINGS, preference_pairs, sequence_logps
 from policy import (completion_logps, dpo_nll_loss, log_step, reference_logps, shuffled_batches,
                     tokenize_completion)
 
@@ -98,11 +99,11 @@ def trajectory_sequence(tokenizer, trajectory):
 
 # ---------------------------------------------------------------- the losses, and the loop they train in
 
-def mt_dpo_loss(beta, nll_coef, fast):
+def mt_dpo_loss(beta, nll_coef, logps_fn):
     """Multi-Turn DPO's `loss_of(model, index, pair)`: policy.py's Eq. 4 on a pair of whole trajectories,
-    their log-probs summed over all agent turns, against π_ref's (`reference`, [pairs, 2])."""
+    their log-probs (by `logps_fn`) summed over all agent turns, against π_ref's (`reference`, [pairs, 2])."""
     def loss_of(model, reference, index, pair):
-        logps, counts = completion_logps(model, [pair["chosen"], pair["rejected"]], fast)  # [2] each
+        logps, counts = completion_logps(model, [pair["chosen"], pair["rejected"]], logps_fn)  # [2] each
         ref = reference[index].to(logps.device)  # [2]: chosen, rejected
         losses, chosen, rejected = dpo_nll_loss(logps[:1], logps[1:], ref[:1], ref[1:], counts[:1], beta, nll_coef)
         return losses.mean(), {"accuracy": float(chosen.item() > rejected.item()), "margin": (chosen - rejected).item(),
@@ -110,10 +111,10 @@ def mt_dpo_loss(beta, nll_coef, fast):
     return loss_of
 
 
-def nll_loss(fast):
-    """rft and sft: the NLL of a trajectory's agent turns, a mean over their tokens."""
+def nll_loss(logps_fn):
+    """rft and sft: the NLL of a trajectory's agent turns, a mean over their tokens (log-probs by `logps_fn`)."""
     def loss_of(model, reference, index, example):
-        logps, counts = completion_logps(model, [example["completion"]], fast)
+        logps, counts = completion_logps(model, [example["completion"]], logps_fn)
         nll = -logps.sum() / counts.sum()
         return nll, {"nll": nll.item()}, counts.sum().item()
     return loss_of
@@ -124,11 +125,11 @@ def train_on_batch(model, optimizer, schedule, batch, examples, reference, loss_
     added up: `loss_of(model, reference, index, example)` -> (loss, statistics, tokens). Returns this
     process's statistics."""
     measured, device = [], next(model.parameters()).device
-    for index, weight in distributed.share(batch, model):  # torchrun: this process's examples
+    for index, padding in distributed.share(batch, model):  # torchrun: this process's examples
         with autocast(device, dtype):
             loss, statistics, tokens = loss_of(model, reference, index, examples[index])
-        distributed.backward(loss / len(batch), weight)  # .backward() of the mean over the batch
-        if weight:
+        distributed.backward(loss / len(batch), padding)  # .backward() of the mean over the batch
+        if not padding:
             measured.append(dict(statistics, loss=loss.item(), tokens=tokens))
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
@@ -187,18 +188,20 @@ def main(args):
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     trained = distributed.wrap(model, args.fsdp, dtype)  # torchrun: DDP replicas or FSDP2 shards; else `model`
-    fast = not (args.fsdp or args.gradient_checkpointing)  # neither backpropagates into a shared KV cache
+    # The fast log-probs (colbench/fast_logps.py) unless FSDP or checkpointing, neither of which backpropagates
+    # into its shared KV cache.
+    logps_fn = sequence_logps if args.fsdp or args.gradient_checkpointing else shared_prefix_logps
     by_key = {(t["task_id"], t["sample_idx"]): t for t in trajectories}
     started = time.time()
     if args.method == "mt-dpo":  # each side: its trajectory's agent turns, under the prompt the agent saw
         examples = [{side: trajectory_sequence(tokenizer, by_key[row["task_id"], row[f"{side}_sample_idx"]])
                      for side in ("chosen", "rejected")} for row in rows]
-        reference = reference_logps(model, examples, dtype, fast)  # π_ref: the policy before training
-        loss_of = mt_dpo_loss(args.beta, args.nll_coef, fast)
+        reference = reference_logps(model, examples, dtype, logps_fn)  # π_ref: the policy before training
+        loss_of = mt_dpo_loss(args.beta, args.nll_coef, logps_fn)
     else:
         examples = [{"completion": trajectory_sequence(tokenizer, by_key[row["task_id"], row["sample_idx"]])}
                     for row in rows]
-        reference, loss_of = None, nll_loss(fast)
+        reference, loss_of = None, nll_loss(logps_fn)
     history = train(trained, examples, reference, loss_of, random.Random(args.seed), folder and os.path.join(folder, "log.jsonl"),
                     dtype, args.epochs, args.batch_size, args.lr, args.lr_schedule)
     if distributed.save_checkpoint(folder, model, tokenizer):  # torchrun: only the first process writes

@@ -37,13 +37,13 @@ with the embedded model's tokenizer. Target: >= 1x. llama-cpp-python[server] is 
 the bench installs it when missing (it builds llama.cpp: minutes).
 
 critic_batching: critic training tokens/s, one optimizer step per task, with a task's trajectories
-batched as critic.py trains (`task_logps` there: their shared beginning encoded once, its KV cache
-serving all of them) over one forward pass per trajectory (critic.py `sequence_logps`); same data, same
+batched as critic.py --fast trains (`shared_prefix_logps`: their shared beginning encoded once, its KV
+cache serving all of them) over one forward pass per trajectory (critic.py `sequence_logps`); same data, same
 steps, same starting weights, the loss the mean margin of each task's pairs (as cheap as Eq. 2). Target: >= 1x.
 
-critic_peak_gb: peak resident memory (GB, 10^9 bytes) of critic.py training the embedded model on
+critic_peak_gb: peak resident memory (GB, 10^9 bytes) of critic.py --fast training the embedded model on
 one pair of 1024-token dialogues, read from the finished child's rusage; also with
---gradient-checkpointing (critic_peak_gb_checkpointing). Target: <= 5 GB.
+--gradient-checkpointing instead, the plain way (critic_peak_gb_checkpointing). Target: <= 5 GB.
 
 prefix_scoring: the critic scoring 16 candidate replies (~100 tokens) of one state whose
 history is ~1000 tokens, once with critic.py's shared-history KV cache and once as 16 full
@@ -217,6 +217,7 @@ def timed(function):
 
 def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
     from critic import Critic, score_candidates
+    from colbench.fast_logps import remembering, shared_prefix_logps
     from colbench.data import load_tasks
     rng = random.Random(0)
     task = load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_train.jsonl"))[0]
@@ -227,8 +228,8 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
     torch.manual_seed(0)
     model, tokenizer = load_model(None)
     reference_model, _ = load_model(None)
-    critic = Critic(model, reference_model, tokenizer)
-    plain = Critic(model, reference_model, tokenizer, fast=False)  # each reply's sequence encoded whole
+    critic = Critic(model, reference_model, tokenizer, logps_fn=remembering(shared_prefix_logps))
+    plain = Critic(model, reference_model, tokenizer)  # each reply's sequence encoded whole
     first_reply = history + [{"role": "assistant", "content": replies[0]}]
     length = len(tokenize_turns(tokenizer, critic_messages(task, first_reply, 3))[0])
     score_candidates(critic, task, history, 3, replies[:2])  # warm-up for both ways
@@ -252,6 +253,7 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
     from trl import DPOConfig, DPOTrainer
     from harness import baselines
     from policy import reference_logps, tokenize_completion
+    from colbench.fast_logps import shared_prefix_logps
     rng = random.Random(0)
     rows = []
     for _ in range(pairs):
@@ -269,11 +271,11 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
     def ours():
         examples = [{side: tokenize_completion(tokenizer, row["prompt"], row[side]) for side in ("chosen", "rejected")}
                     for row in rows]
-        reference = reference_logps(model, examples, dtype)
+        reference = reference_logps(model, examples, dtype, shared_prefix_logps)
         with tempfile.TemporaryDirectory() as folder:
-            baselines.train(model, examples, reference, baselines.mt_dpo_loss(beta, nll_coef, fast=True), random.Random(0),
-                            f"{folder}/log.jsonl", dtype, epochs=1, batch_size=batch_size, lr=lr,
-                            lr_schedule="constant")
+            loss_of = baselines.mt_dpo_loss(beta, nll_coef, shared_prefix_logps)
+            baselines.train(model, examples, reference, loss_of, random.Random(0), f"{folder}/log.jsonl", dtype,
+                            epochs=1, batch_size=batch_size, lr=lr, lr_schedule="constant")
     ours_s = timed(ours)
     del model
 
@@ -516,7 +518,7 @@ def bench_critic_batching(tasks=5, samples=6, turn_tokens=60):
         return time.perf_counter() - start, losses
 
     def shared(model, task):
-        return shared_prefix_logps(model, [ids for ids, _ in task], min(spans[0][0] for _, spans in task))[0]
+        return shared_prefix_logps(model, [ids for ids, _ in task], min(spans[0][0] for _, spans in task))
     batched_s, batched_losses = train(shared)
     all_logits_s, all_logits_losses = train(shared, all_logits=True)
     single_s, single_losses = train(lambda model, task: [sequence_logps(model, [ids])[0] for ids, _ in task])
@@ -578,7 +580,8 @@ def bench_critic_peak_gb(length=1024):
     with tempfile.TemporaryDirectory() as tmp:
         scored = os.path.join(tmp, "pair.scored.jsonl")
         write_jsonl(scored, records)
-        for name, extra in (("critic_peak_gb", []), ("critic_peak_gb_checkpointing", ["--gradient-checkpointing"])):
+        runs = (("critic_peak_gb", ["--fast"]), ("critic_peak_gb_checkpointing", ["--gradient-checkpointing"]))
+        for name, extra in runs:
             with open(os.path.join(tmp, f"{name}.log"), "w") as log:
                 command = [sys.executable, os.path.join(HERE, "critic.py"), scored, "--out", os.path.join(tmp, name),
                            "--epochs", "1", "--eval-fraction", "0", "--max-length", str(max(lengths)), *extra]
@@ -588,7 +591,7 @@ def bench_critic_peak_gb(length=1024):
                 with open(os.path.join(tmp, f"{name}.log")) as log:
                     raise SystemExit(f"critic.py failed:\n{log.read()[-2000:]}")
             peaks[name] = round(peak_kib * 1024 / 1e9, 2)
-            print(f"  {' '.join(extra) or 'plain'}: peak {peaks[name]:.2f} GB (target <= 5 GB)")
+            print(f"  {' '.join(extra)}: peak {peaks[name]:.2f} GB (target <= 5 GB)")
     return peaks
 
 

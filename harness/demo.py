@@ -170,7 +170,7 @@ def train_critic(run, s, name, folder, flags=()):
     run.stage(name, "critic.py", run.path("train.scored.jsonl"), "--model", run.path("warm"), "--out", folder,
               *differing("critic.py", epochs=s["critic_epochs"], lr=s["critic_lr"],
                          trajectory_score=s["trajectory_score"], max_length=s["critic_max_length"],
-                         page_facts=s.get("page_facts", False)),
+                         page_facts=s.get("page_facts", False), fast=True),
               *flags, done_when=folder)
 
 
@@ -186,7 +186,7 @@ def train_agent(run, s, agent, folder, fraction, critic=None, sampled=None):
     run.stage(agent, "policy.py", run.path("train.scored.jsonl"), "--critic", critic, "--model", run.path("warm"),
               *(["--sampled", sampled] if sampled else []),
               *differing("policy.py", candidates=s["candidates"], pairs_per_turn=s["pairs_per_turn"], **sampling(s),
-                         sample_batch_size=s["batch_size"], **common), "--out", folder, done_when=folder)
+                         sample_batch_size=s["batch_size"], fast=True, **common), "--out", folder, done_when=folder)
 
 
 def play(run, s, agent, policy, tasks, samples, name):
