@@ -82,7 +82,7 @@ SOLUTION_HEADER = "Reference solution (shown to you, never to the assistant):\n"
 
 def solution(task, page_facts=False):
     """c: the task's solution. With `page_facts`, a frontend task's target page as the human knows it: its
-    colors, font, layout, menu, sections and title, in the words the human tells them (`page_summary`)."""
+    colors, layout and sections, in the words the human tells them (`page_summary`)."""
     page = page_facts and task_kind(task) == "frontend"
     return page_summary(task["ground_truth"]) if page else task["ground_truth"].strip()
 
