@@ -4,8 +4,8 @@ The human opens with the vague problem description. Each agent turn either asks 
 or starts with ANSWER_MARKER followed by the final answer; the turn budget's last reply is the
 answer whatever it says. The simulated human (colbench/simulators.py) answers everything else.
 
-Frontend: a turn may hold one HTML page (`<html>...</html>`); the simulated human compares its
-screenshot with the page it has in mind. The final answer is the last page the agent proposed in any turn.
+Frontend: a turn may hold one HTML page (`<html>...</html>`); the simulated human compares it
+with the page it has in mind. The final answer is the last page the agent proposed in any turn.
 """
 import re
 

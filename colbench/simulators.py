@@ -10,9 +10,9 @@ It reads the agent's latest message only. It quotes code where a fact does: an e
 quotes its line (`min(..., 31)`), and facts read off a reference code name its numbers and strings.
 `--simulator URL`: an OpenAI-compatible chat server; `--simulator MODEL`: a local Hugging Face
 model. Both play the human from a prompt holding the reference solution, at temperature 0.
-Frontend tasks (an HTML reference; colbench/frontend.py): the embedded human compares the
-screenshots and HTML of the agent's latest page and the reference page; a URL must serve a
-vision model, which gets both screenshots. Each task gets the human of its kind, so one file
+Frontend tasks (an HTML reference; colbench/frontend.py): the embedded human reads the facts of the
+agent's latest page and of the reference page off their HTML; a URL must serve a vision model, which
+gets both screenshots. Each task gets the human of its kind, so one file
 may mix kinds.
 """
 import ast
@@ -21,9 +21,7 @@ import re
 from colbench import frontend
 from colbench.cli import fail
 from colbench.data import task_kind
-from colbench.env import html_page
 from colbench.models import EndpointChat, open_chat
-from colbench.render import render_many
 
 MAX_REPLY_CHARS = 400
 REPLY_LIMITS = {"backend": (MAX_REPLY_CHARS, 128), "frontend": (frontend.MAX_REPLY_CHARS, 256)}  # (chars, tokens)
@@ -121,9 +119,6 @@ class EmbeddedSimulator:
     name = "embedded"
 
     def respond(self, episodes):
-        # Frontend: render the agents' pages side by side first; reply() then finds them in the render cache.
-        render_many([html_page(dialogue[-1]["content"]) or "" for task, dialogue in episodes
-                     if task_kind(task) == "frontend"])
         return [self.reply(task, dialogue) for task, dialogue in episodes]
 
     def reply(self, task, dialogue):
