@@ -61,16 +61,9 @@ NAMES = {"script-fixed": "script: one general request, repeated", "script-by-sub
 CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"]}
 # The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the screenshots'
 # edge-color score. Pages are longer than functions: fewer dialogues, longer replies, a longer critic view.
-# The critic's c, the page's facts (page_facts), not its HTML: on the 30 validation tasks (2026-11-26, the
-# starting policy's 120 dialogues, half the tasks held out) held-out pair accuracy 0.578 in 343 s, against the
-# HTML's 0.522 in 510 s and turn-sum's 0.522. The policy's learning rate, 2.5e-6: on the 36 validation tasks x 2
-# (2026-11-27, the 46c503a run's critic and candidates) SWEET-RL minus the starting policy -0.002 [-0.013, +0.010]
-# against 5e-6's -0.009 and 1e-5's -0.015; the less it trains, the less it breaks its pages (docs/RESULTS.md).
-# SWEET-RL's share of the offline dialogues (demo_fraction, its time budget), 0.1: on the 30 validation tasks
-# of 2026-11-26 (the 63f7dac run's critic) -0.007 [-0.017, +0.002] against 0.25's -0.030, in 391 s against 821.
-# The offline data on 24 training tasks, not 30: 30 took 30.0 and 30.3 minutes (docs/RESULTS.md).
-# The warm start's learning rate stays the backend's 1e-4: at 3e-4 and 6e-4 it asked first in 26% and 17% of the
-# 36 validation tasks x 2 (1e-4: 51%) and scored no better; SWEET-RL gained nothing over the 3e-4 one either.
+# These settings were chosen on the validation tasks of the frontend benchmark before its redesign (colbench/page.py,
+# 2026-11-27; docs/NOTEBOOK.md): c as the page's facts, the policy's learning rate 2.5e-6, SWEET-RL on a tenth of
+# the offline dialogues, the offline data on 24 tasks, the warm start's 1e-4. None is validated on the redesign yet.
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, rl_tasks=24, samples=4, test_samples=3, max_new_tokens=384,
                 critic_max_length=2048, page_facts=True, demo_fraction=0.1, candidates=4, policy_lr=2.5e-6,
                 batch_size=128)
