@@ -27,7 +27,7 @@ from colbench.data import task_kind
 from colbench.env import ANSWER_MARKER
 from colbench.frontend import LOOKS_RIGHT, parsed, read_facts, topics_told
 from colbench.models import Reply
-from colbench.page import GENERIC_FACTS, build_page
+from colbench.page import build_page
 from colbench.simulators import facts_told, hidden_facts, stem, subjects
 
 AGENTS = {"scripted:fixed": "backend", "scripted:by-subject": "backend",
@@ -37,6 +37,7 @@ FIXED_REQUEST = "Could you tell me more about what you need?"
 # What scripted:ask-then-write asks, a turn per pair: every subject in two turns.
 ASKED_TOPICS = [("colors", "layout"), ("sections",)]
 SHOW_DRAFT = "Here is a draft: {} What should change?"
+
 
 def subject_words(fact, facts):
     """The words of `fact` that name its subject (colbench.simulators.subjects), as written, numbers left out."""
@@ -95,9 +96,10 @@ class ScriptedAgent:
         replies = [turn["content"] for turn in dialogue[1:] if turn["role"] == "user"]
         page = build_page(read_facts(" ".join(replies)), request_title(task) or "Welcome")
         last = replied == self.max_turns - 1
+        looks_right = bool(replies) and replies[-1].startswith(LOOKS_RIGHT)
         if self.name == "scripted:ask-then-write" and replied < len(ASKED_TOPICS) and not last:
             return page_question(ASKED_TOPICS[replied])
-        if self.name == "scripted:draft-then-fix" and not last and not (replies and replies[-1].startswith(LOOKS_RIGHT)):
+        if self.name == "scripted:draft-then-fix" and not last and not looks_right:
             return SHOW_DRAFT.format(page)
         return f"{ANSWER_MARKER}\n{page}"
 
