@@ -532,10 +532,9 @@ def length_pair_accuracy(metrics, scored_path):
     """The share of the critic's held-out pairs (metrics.json's tasks and sample indices) whose longer final
     answer is the better one, ties half: what a reader of the answer's length alone would get right."""
     answers = {critic_stage.trajectory_id(t): len(t["answer"]) for t in load_trajectories(scored_path)}
-    lengths = [[answers[task, sample] for sample in samples] for task, samples in
-               zip(metrics["pair_task_ids"], metrics["pair_samples"])]
-    return sum(1.0 if chosen > rejected else 0.5 if chosen == rejected else 0.0
-               for chosen, rejected in lengths) / max(1, len(lengths))
+    margins = [answers[task, chosen] - answers[task, rejected]
+               for task, (chosen, rejected) in zip(metrics["pair_task_ids"], metrics["pair_samples"])]
+    return sum(pair_outcomes(margins)) / max(1, len(margins))
 
 
 def ranked_pairs(policy_folder):
@@ -616,7 +615,8 @@ def frontend_table(r):
         versus = "-" if a == "zero-shot" else "{:+.4f} [{:+.4f}, {:+.4f}]".format(*r["vs_zero-shot"][a])
         wins = "-" if a == "zero-shot" else "{} [{}, {}]".format(*map(pct, r["win_rate_vs_zero-shot"][a]))
         lines.append(f"| {NAMES[a]} | {r['test_dialogues'][a]} | {r['mean_score'][a]:.4f} | {versus} | {wins} | "
-                     f"{pct(r['ask_first_share'][a])} | {pct(r['show_first_share'][a])} | {score(r['after_asking'][a])} | {score(r['at_once'][a])} | "
+                     f"{pct(r['ask_first_share'][a])} | {pct(r['show_first_share'][a])} | "
+                     f"{score(r['after_asking'][a])} | {score(r['at_once'][a])} | "
                      f"{r['subjects_told'][a]:.2f} |")
     gap, c, p = r["scripts_gap"], r["critic_with_c"], r["sweet_pairs"]
     lines += ["", "(differences: the same tasks and sample indices for both agents, bootstrap over tasks; win rate by "
