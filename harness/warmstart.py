@@ -51,7 +51,7 @@ PAGE_SUBJECTS = {"colors": ["colors", "color scheme", "palette", "colours"], "la
 PAGE_QUESTIONS = ["What {} do you want?", "Which {} should it have?", "Could you tell me the {}?", "How about the {}?",
                   "What should the {} be?", "Tell me about the {}."]
 SHOW_PAGE = ["Here is a first draft: {} How does it look?", "How about this? {}", "Is this close? {}"]
-LAST_TURN_QUESTION = 0.2  # the chance that a frontend dialogue that reaches its last turn asks there
+LAST_TURN_QUESTION = 0.05  # the chance that a frontend dialogue that reaches its last turn asks there
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 
 
