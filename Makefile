@@ -1,6 +1,8 @@
 # Two commands do all set-up: `make demo` and `make test`. Both install what they need first
 # (quietly, and only once: the stamp file records that requirements.txt was installed).
 PYTHON ?= python3
+# The model the demo warm-starts: `make demo MODEL=path/to/folder` runs it in runs/demo-folder.
+MODEL ?= embedded
 # Quiet; no pip version check, no warning about running as root (a fresh machine installs as root).
 PIP := $(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore
 STAMP := runs/.installed
@@ -19,10 +21,10 @@ test: install
 	$(PYTHON) -m pytest -q -x -p no:benchmark test_all.py   # pytest-benchmark, where installed, leaves a .benchmarks/ folder
 
 demo: install   # the whole chain on the embedded model, on 2 CPU cores (harness/demo.py)
-	$(PYTHON) -m harness.demo
+	$(PYTHON) -m harness.demo --model $(MODEL)
 
 experiment: install   # the demo, then Multi-Turn DPO, RFT, the controls and the judge, in the same run folder
-	$(PYTHON) -m harness.demo --experiment
+	$(PYTHON) -m harness.demo --experiment --model $(MODEL)
 
 frontend: install   # the chain on frontend tasks, scored offline (runs/frontend)
-	$(PYTHON) -m harness.demo --frontend
+	$(PYTHON) -m harness.demo --frontend --model $(MODEL)

@@ -41,7 +41,8 @@ from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, 
 from colbench.env import ANSWER_MARKER, TURN_BUDGET_NOTE, Episode, agent_messages, html_page, turn_budget
 from colbench.fast_logps import TargetLogSoftmax, remembering, shared_prefix_logps
 from colbench.fast_sampling import ReservedLayer, keep_freed_memory, sample_shrinking_batch
-from colbench.models import EndpointChat, Reply, chat_text, load_model, sample_plain, tokenize_turns
+from colbench.models import (EndpointChat, Reply, chat_text, end_of_turn_ids, generate, load_model, sample_plain,
+                             tokenize_turns)
 from colbench.render import render, render_many
 from colbench.sandbox import PRIVATE_MB, PRIVATE_PLACES, WORKDIR_PREFIX, Sandbox, decode_value, encode_value
 from colbench.simulators import (DONT_KNOW, ONE_AT_A_TIME, EmbeddedSimulator, facts_from_code, facts_told,
@@ -720,17 +721,50 @@ def test_shrinking_batch_sampling_gives_model_generate_tokens_under_greedy(tiny_
     assert len(set(ids[0] for ids in prompt_ids)) == 1  # a shared beginning (the system prompt) to encode once
     # A random model hardly ever ends a turn: the token found in the most replies serves as the
     # end-of-turn token instead, so that rows finish at different steps.
-    unstopped = sample_plain(model, batch["input_ids"], batch["attention_mask"], 16, 0, tokenizer.eos_token_id)
+    unstopped = sample_plain(model, batch["input_ids"], batch["attention_mask"], 16, 0, [tokenizer.eos_token_id])
     stop = Counter(token for row in unstopped for token in dict.fromkeys(row[1:])).most_common(1)[0][0]
-    plain = sample_plain(model, batch["input_ids"], batch["attention_mask"], 16, 0, stop)
+    plain = sample_plain(model, batch["input_ids"], batch["attention_mask"], 16, 0, [stop])
     lengths = [len(row) for row in plain]
     assert len(set(lengths)) >= 3 and 16 in lengths and min(lengths) < 16
-    assert sample_shrinking_batch(model, prompt_ids, 16, 0, stop) == plain
-    assert sample_shrinking_batch(model, prompt_ids, 16, 0, stop, in_place=False) == plain  # the cache by torch.cat
+    assert sample_shrinking_batch(model, prompt_ids, 16, 0, [stop]) == plain
+    assert sample_shrinking_batch(model, prompt_ids, 16, 0, [stop], in_place=False) == plain  # the cache by torch.cat
     torch.manual_seed(1)
-    sampled = sample_shrinking_batch(model, prompt_ids, 16, 1.0, stop)
+    sampled = sample_shrinking_batch(model, prompt_ids, 16, 1.0, [stop])
     assert sampled != plain and all(len(row) == 16 or row.index(stop) == len(row) - 1 for row in sampled)
     assert sampled[1] != sampled[5]  # the twice-given prompt's two rows draw their own tokens
+
+
+def test_a_template_without_a_system_role_gets_the_system_prompt_in_the_first_user_message(tiny_model):
+    _, tokenizer = load_model(tiny_model)
+    tokenizer.chat_template = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System "
+                               "role not supported') }}{% endif %}<{{ m['role'] }}>{{ m['content'] }}</s>{% endfor %}"
+                               "{% if add_generation_prompt %}<assistant>{% endif %}")
+    messages = [{"role": "system", "content": "You help."}, {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "What is the tip?"}, {"role": "user", "content": "18%"}]
+    assert chat_text(tokenizer, messages[:2], add_generation_prompt=True) == "<user>You help.\n\nHi</s><assistant>"
+    ids, spans = tokenize_turns(tokenizer, messages)
+    assert [tokenizer.decode(ids[a:b]) for a, b in spans] == ["What is the tip?</s>"]
+
+
+def test_a_reply_ends_at_the_end_of_turn_id_of_the_models_generation_config(tiny_model):
+    """A Llama 3 instruct model's turns end with <|eot_id|>, named in its generation_config, not its eos."""
+    model, tokenizer = load_model(tiny_model)
+    torch.manual_seed(0)
+    with torch.no_grad():  # as above: replies of varied tokens
+        for weight in model.parameters():
+            if weight.dim() > 1:
+                weight.normal_(0, 0.5)
+    prompt = chat_text(tokenizer, [{"role": "user", "content": "What is the tip?"}], add_generation_prompt=True)
+    (_,), (length,) = generate(model, tokenizer, [prompt], 16, 0)
+    assert length == 16  # never stopped by the tokenizer's eos
+    row = sample_shrinking_batch(model, [tokenizer(prompt, add_special_tokens=False)["input_ids"]], 16, 0,
+                                 [tokenizer.eos_token_id])[0]
+    k = next(i for i in range(2, 16) if row[i] not in row[:i])  # a token the reply first writes at step k
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, row[k]]
+    assert end_of_turn_ids(model, tokenizer) == sorted({tokenizer.eos_token_id, row[k]})
+    for shrinking_batch in (True, False):
+        (_,), (length,) = generate(model, tokenizer, [prompt], 16, 0, shrinking_batch=shrinking_batch)
+        assert length == k + 1
 
 
 def test_reserved_cache_layer_holds_what_transformers_layer_holds():
@@ -2775,7 +2809,13 @@ def test_demo_passes_a_stage_only_what_differs_from_its_defaults_and_the_stage_r
     checked = Counter()
     for command in commands:
         script = command[0]
-        if script not in expected or "sft" in command:
+        if "sft" in command:  # the warm start: its own rate and batch, from the model the demo was given
+            arguments = vars(demo.PARSERS[script].parse_args(command[1:]))
+            assert (arguments["lr"], arguments["batch_size"], arguments["model"]) == (
+                s["warm_lr"], s["warm_batch_size"], s["model"])
+            checked["warm start"] += 1
+            continue
+        if script not in expected:
             continue
         parser = demo.PARSERS[script]
         arguments, defaults = vars(parser.parse_args(command[1:])), {a.dest: a.default for a in parser._actions}
@@ -2785,7 +2825,7 @@ def test_demo_passes_a_stage_only_what_differs_from_its_defaults_and_the_stage_r
         assert all(arguments[key] != defaults[key] for key in passed - {"out", "model", "critic", "method"}), command
         checked[script] += 1
     assert checked["critic.py"] == 3 and checked["policy.py"] == 1 and checked["harness.baselines"] == 2
-    assert checked["rollout.py"] == 2
+    assert checked["rollout.py"] == 2 and checked["warm start"] == 1
 
 
 def test_frontend_run_keeps_warm_start_rl_and_test_pages_apart(tmp_path):

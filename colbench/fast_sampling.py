@@ -27,7 +27,7 @@ def keep_freed_memory(keep=True):
 
 
 @torch.no_grad()
-def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, eos_token_id, in_place=True):
+def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, end_ids, in_place=True):
     """sample_plain's rows, the fast way, for prompts given as id lists. The prompts' common beginning
     (a system prompt) is encoded once, and each distinct prompt once (policy.py samples n replies to
     each); their KV cache is then copied to every row. In the sampling loop a row that ends its reply
@@ -37,6 +37,7 @@ def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, eos_t
     Greedy decoding gives sample_plain's tokens (up to float rounding); sampling draws from the same
     distribution with its own random stream. The model's generation_config is not read."""
     device = next(model.parameters()).device
+    stop = torch.tensor(end_ids, device=device)  # the ids that end a reply
     index = {}  # each distinct prompt -> its row in the prefill
     for ids in prompt_ids:
         index.setdefault(tuple(ids), len(index))
@@ -76,7 +77,7 @@ def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, eos_t
             next_tokens = logits.argmax(dim=-1)
         for prompt, token in zip(live, next_tokens.tolist()):
             rows[prompt].append(token)
-        going = next_tokens != eos_token_id
+        going = ~torch.isin(next_tokens, stop)
         if not going.all():
             keep = going.nonzero().squeeze(-1)
             if len(keep) == 0:

@@ -146,8 +146,18 @@ def plain_messages(messages):
 
 
 def chat_text(tokenizer, messages, add_generation_prompt=False):
-    """The prompt string of `messages` ({"role", "content"} dicts) in the tokenizer's chat template."""
-    return tokenizer.apply_chat_template(plain_messages(messages), tokenize=False,
+    """The prompt string of `messages` ({"role", "content"} dicts) in the tokenizer's chat template. A
+    template that refuses a system message (Gemma's) gets the system prompt at the head of the first
+    user message instead."""
+    from jinja2 import TemplateError
+    messages = plain_messages(messages)
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    except TemplateError:
+        if len(messages) < 2 or [m["role"] for m in messages[:2]] != ["system", "user"]:
+            raise
+    first = {"role": "user", "content": messages[0]["content"] + "\n\n" + messages[1]["content"]}
+    return tokenizer.apply_chat_template([first, *messages[2:]], tokenize=False,
                                          add_generation_prompt=add_generation_prompt)
 
 
@@ -228,15 +238,23 @@ def generate(model, tokenizer, prompts, max_new_tokens, temperature, shrinking_b
     generated token counts). Runs `sample_shrinking_batch`, where a shared beginning is encoded once and
     a finished reply stops costing compute; shrinking_batch=False runs `sample_plain` (transformers'
     `model.generate` on a left-padded batch), the definition the fast path is tested against."""
+    end_ids = end_of_turn_ids(model, tokenizer)
     if shrinking_batch:
         prompt_ids = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
-        rows = sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, tokenizer.eos_token_id)
+        rows = sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, end_ids)
     else:
         tokenizer.padding_side = "left"
         batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-        rows = sample_plain(model, batch["input_ids"], batch["attention_mask"], max_new_tokens, temperature,
-                            tokenizer.eos_token_id)
+        rows = sample_plain(model, batch["input_ids"], batch["attention_mask"], max_new_tokens, temperature, end_ids)
     return [tokenizer.decode(row, skip_special_tokens=True).strip() for row in rows], [len(row) for row in rows]
+
+
+def end_of_turn_ids(model, tokenizer):
+    """The token ids that end a reply: the tokenizer's eos and those of the model's generation_config (a
+    Llama 3 instruct model ends its turns with <|eot_id|>, which is not its tokenizer's eos)."""
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    configured = configured if isinstance(configured, list) else [configured]
+    return sorted({tokenizer.eos_token_id, *configured} - {None})
 
 
 @torch.no_grad()
@@ -257,19 +275,20 @@ def sample_candidates(model, tokenizer, prompts, n, max_new_tokens, temperature,
 
 
 @torch.no_grad()
-def sample_plain(model, input_ids, attention_mask, max_new_tokens, temperature, eos_token_id):
+def sample_plain(model, input_ids, attention_mask, max_new_tokens, temperature, end_ids):
     """The new token ids of each left-padded prompt, by `model.generate`: a row ends with its first
-    end-of-turn token, or after max_new_tokens. The batch runs until its longest reply ends."""
+    end-of-turn token (one of `end_ids`), or after max_new_tokens. The batch runs until its longest reply ends."""
     if temperature > 0:
         sampling = dict(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
     else:
         sampling = dict(do_sample=False)
-    # Padding after a finished reply is cut off below, so the end-of-turn id serves as the pad id.
+    # Padding after a finished reply is cut off below, so an end-of-turn id serves as the pad id.
     output = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
-                            pad_token_id=eos_token_id, eos_token_id=eos_token_id, **sampling)
+                            pad_token_id=end_ids[0], eos_token_id=end_ids, **sampling)
     rows = []
     for row in output[:, input_ids.shape[1]:].tolist():
-        rows.append(row[: row.index(eos_token_id) + 1] if eos_token_id in row else row)
+        ends = [i for i, token in enumerate(row) if token in end_ids]
+        rows.append(row[: ends[0] + 1] if ends else row)
     return rows
 
 

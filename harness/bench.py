@@ -356,13 +356,13 @@ def bench_sampling_in_place(tasks=30, samples=7, max_new_tokens=64):
     views = [Episode(task, sample, max_turns=3).agent_view() for task in easy_tasks(tasks) for sample in range(samples)]
     prompt_ids = [tokenizer(chat_text(tokenizer, view, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
                   for view in views]
-    sample_shrinking_batch(model, prompt_ids[:2], 2, 0.7, tokenizer.eos_token_id)  # warm-up
+    sample_shrinking_batch(model, prompt_ids[:2], 2, 0.7, [tokenizer.eos_token_id])  # warm-up
 
     def sampled(in_place, keep):
         keep_freed_memory(keep)
         torch.manual_seed(0)
         start = time.perf_counter()
-        rows = sample_shrinking_batch(model, prompt_ids, max_new_tokens, 0.7, tokenizer.eos_token_id, in_place)
+        rows = sample_shrinking_batch(model, prompt_ids, max_new_tokens, 0.7, [tokenizer.eos_token_id], in_place)
         return time.perf_counter() - start, rows
     concatenated_s, concatenated = sampled(in_place=False, keep=False)
     in_place_s, in_place = sampled(in_place=True, keep=False)

@@ -37,7 +37,7 @@ from harness import baselines, judge
 # task and learning rate and the pairs per turn by hand on them (2026-11-26): docs/RESULTS.md. Never on the
 # test tasks.
 SETTINGS = dict(
-    warm_samples=2, rl_tasks=45, samples=5, test_samples=7, validation_samples=10,
+    model="embedded", warm_samples=2, rl_tasks=45, samples=5, test_samples=7, validation_samples=10,
     max_turns=3, max_new_tokens=64, temperature=0.7, warm_lr=1e-4, warm_batch_size=8,
     critic_epochs=1, critic_lr=1e-4, trajectory_score="token-mean", critic_max_length=1024,
     candidates=6, pairs_per_turn=2, policy_lr=1e-5, beta=0.1, nll_coef=1.0, lr_schedule="constant",
@@ -148,8 +148,8 @@ def shared_steps(run, s, critics, kind="backend"):
               str(s["warm_samples"]), "--max-turns", str(s["max_turns"]), "--out", run.path("warmstart.traj.jsonl"),
               done_when=run.path("warmstart.traj.jsonl"))
     run.stage("warm start", "-m", "harness.baselines", run.path("warmstart.traj.jsonl"), "--method", "sft",
-              "--lr", str(s["warm_lr"]), "--batch-size", str(s["warm_batch_size"]), "--out", run.path("warm"),
-              done_when=run.path("warm"))
+              *differing("harness.baselines", model=s["model"], lr=s["warm_lr"],
+                         batch_size=s["warm_batch_size"]), "--out", run.path("warm"), done_when=run.path("warm"))
     run.stage("offline rollouts", "rollout.py", run.path("train_tasks.jsonl"), "--agent", run.path("warm"),
               *differing("rollout.py", samples=s["samples"], max_turns=s["max_turns"], **sampling(s),
                          batch_size=s["batch_size"]),
@@ -642,18 +642,25 @@ def main():
     parser.add_argument("--frontend", action="store_true", help="the chain on frontend tasks (runs/frontend)")
     parser.add_argument("--fraction", type=fraction, help="the experiment: the fraction of the offline data every "
                                                           "agent trains on (default: the demo's, its time budget)")
-    parser.add_argument("--out", help="run folder (default runs/demo, or runs/frontend)")
+    parser.add_argument("--model", default="embedded",
+                        help="the model the warm start fine-tunes: a model folder, hub id, or 'embedded'")
+    parser.add_argument("--out", help="run folder (default runs/demo, or runs/frontend; another --model: "
+                                      "runs/demo-NAME, NAME its folder's name)")
     args = parser.parse_args()
-    run = Run(args.out or os.path.join("runs", "frontend" if args.frontend else "demo"))
-    print(f"settings: {json.dumps(FRONTEND if args.frontend else SETTINGS)} -> {run.folder}", flush=True)
+    folder = "frontend" if args.frontend else "demo"
+    if args.model != "embedded":  # a run folder of its own: a stage whose output exists is skipped
+        folder += "-" + os.path.basename(os.path.normpath(args.model))
+    run = Run(args.out or os.path.join("runs", folder))
+    s = dict(FRONTEND if args.frontend else SETTINGS, model=args.model)  # the model: results.json's settings say it
+    print(f"settings: {json.dumps(s)} -> {run.folder}", flush=True)
     if args.frontend:
-        frontend_run(run, FRONTEND)
+        frontend_run(run, s)
     elif args.validate:
-        validate(run, SETTINGS)
+        validate(run, s)
     elif args.experiment:
-        experiment(run, dict(SETTINGS, experiment_fraction=args.fraction or SETTINGS["experiment_fraction"]))
+        experiment(run, dict(s, experiment_fraction=args.fraction or s["experiment_fraction"]))
     else:
-        demo(run, SETTINGS)
+        demo(run, s)
 
 
 if __name__ == "__main__":
