@@ -106,7 +106,8 @@ class Run:
             return
         print("\n$ python " + " ".join(command), flush=True)
         started = time.time()
-        subprocess.run([sys.executable, *command], check=True)
+        if subprocess.run([sys.executable, *command]).returncode:
+            raise SystemExit(f"the demo stopped: stage '{name}' failed (its message is above)")
         self.seconds[name] = round(time.time() - started, 1)
         print(f"[{self.seconds[name]:.0f} s]", flush=True)
         with open(self.times_file, "w") as f:
