@@ -168,9 +168,15 @@ def topics_asked(message):
     return [topic for topic, words in TOPIC_WORDS.items() if any(word in message for word in words)]
 
 
+def facts_heard(dialogue):
+    """{topic: value} that the human's replies in `dialogue` told (its opening request aside), read as any
+    agent can read them (read_facts)."""
+    return read_facts(" ".join(turn["content"] for turn in dialogue[1:] if turn["role"] == "user"))
+
+
 def topics_told(task, dialogue):
     """{topic: value} of the reference page's facts that the human's replies in `dialogue` told."""
-    told = read_facts(" ".join(turn["content"] for turn in dialogue[1:] if turn["role"] == "user"))
+    told = facts_heard(dialogue)
     facts = page_facts(task["ground_truth"])
     return {topic: value for topic, value in told.items() if facts.get(topic) == value}
 

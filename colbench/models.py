@@ -16,6 +16,7 @@ import time
 
 import requests
 import torch
+from jinja2 import TemplateError
 from tqdm import tqdm
 
 from colbench.fast_sampling import keep_freed_memory, sample_shrinking_batch
@@ -149,7 +150,6 @@ def chat_text(tokenizer, messages, add_generation_prompt=False):
     """The prompt string of `messages` ({"role", "content"} dicts) in the tokenizer's chat template. A
     template that refuses a system message (Gemma's) gets the system prompt at the head of the first
     user message instead."""
-    from jinja2 import TemplateError
     messages = plain_messages(messages)
     try:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
@@ -287,8 +287,8 @@ def sample_plain(model, input_ids, attention_mask, max_new_tokens, temperature, 
                             pad_token_id=end_ids[0], eos_token_id=end_ids, **sampling)
     rows = []
     for row in output[:, input_ids.shape[1]:].tolist():
-        ends = [i for i, token in enumerate(row) if token in end_ids]
-        rows.append(row[: ends[0] + 1] if ends else row)
+        end = next((i + 1 for i, token in enumerate(row) if token in end_ids), len(row))
+        rows.append(row[:end])
     return rows
 
 

@@ -25,7 +25,7 @@ import re
 
 from colbench.data import task_kind
 from colbench.env import ANSWER_MARKER
-from colbench.frontend import LOOKS_RIGHT, parsed, read_facts, topics_told
+from colbench.frontend import LOOKS_RIGHT, facts_heard, parsed, topics_told
 from colbench.models import Reply
 from colbench.page import build_page
 from colbench.simulators import facts_told, hidden_facts, stem, subjects
@@ -93,10 +93,9 @@ class ScriptedAgent:
         return f"Could you tell me about the {' '.join(subject_words(untold, facts))}?"
 
     def page_reply(self, task, dialogue, replied):
-        replies = [turn["content"] for turn in dialogue[1:] if turn["role"] == "user"]
-        page = build_page(read_facts(" ".join(replies)), request_title(task) or "Welcome")
+        page = build_page(facts_heard(dialogue), request_title(task) or "Welcome")
         last = replied == self.max_turns - 1
-        looks_right = bool(replies) and replies[-1].startswith(LOOKS_RIGHT)
+        looks_right = replied > 0 and dialogue[-1]["content"].startswith(LOOKS_RIGHT)  # the human's latest reply
         if self.name == "scripted:ask-then-write" and replied < len(ASKED_TOPICS) and not last:
             return page_question(ASKED_TOPICS[replied])
         if self.name == "scripted:draft-then-fix" and not last and not looks_right:

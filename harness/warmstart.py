@@ -31,7 +31,7 @@ import re
 from colbench.cli import fail, non_negative_int, positive_int
 from colbench.data import DataError, load_tasks, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER, Episode
-from colbench.frontend import page_facts, read_facts, topics_told
+from colbench.frontend import facts_heard, page_facts, topics_told
 from colbench.page import build_page
 from colbench.scripted import request_title, subject_words
 from colbench.simulators import EmbeddedSimulator, facts_told, hidden_facts
@@ -129,11 +129,9 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
     episode, human, topics = Episode(task, sample_idx, max_turns), EmbeddedSimulator(), page_facts(task["ground_truth"])
     moves, weights = list(PAGE_MOVES), list(PAGE_MOVES.values())
     title = request_title(task) or "Welcome"
-
-    def known():  # what the script knows: what the human's replies told, read as any agent can read them
-        return read_facts(" ".join(turn["content"] for turn in episode.dialogue[1:] if turn["role"] == "user"))
     for _ in range(max_turns - 1):
-        untold = [topic for topic in topics if topic not in known()]
+        known = facts_heard(episode.dialogue)  # what the script knows: what the human's replies told
+        untold = [topic for topic in topics if topic not in known]
         if rng.random() < ANSWER_EARLY["some facts untold" if untold else "every fact told"]:
             break
         move = rng.choices(moves, weights)[0]
@@ -143,12 +141,12 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
             first, second = (page_subject_question(topic, rng) for topic in rng.sample(untold, 2))
             text = both(first, second)
         elif move == "a page":
-            text = rng.choice(SHOW_PAGE).format(build_page(known(), title))
+            text = rng.choice(SHOW_PAGE).format(build_page(known, title))
         else:
             text = rng.choice(GENERAL_QUESTIONS)
         episode.add_agent_turn(Scripted(text, ""))
         episode.add_human_turn(human.reply(task, episode.dialogue))
-    facts = known()
+    facts = facts_heard(episode.dialogue)
     if episode.agent_turns == max_turns - 1 and rng.random() < LAST_TURN_QUESTION:  # too late: no page
         untold = [topic for topic in topics if topic not in facts]
         episode.add_agent_turn(Scripted(page_subject_question(rng.choice(untold), rng) if untold
