@@ -84,7 +84,7 @@ def solution(task, page_facts=False):
     """c: the task's solution. With `page_facts`, a frontend task's target page as the human knows it: its
     colors, layout and sections, in the words the human tells them (`page_summary`)."""
     page = page_facts and task_kind(task) == "frontend"
-    return page_summary(task["ground_truth"]) if page else task["ground_truth"].strip()
+    return page_summary(task) if page else task["ground_truth"].strip()
 
 
 def critic_messages(task, dialogue, max_turns, use_solution=True, page_facts=False):

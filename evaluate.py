@@ -295,8 +295,7 @@ def score_frontend(records, args, progress):
         print(f"frontend image score: {scorer.name}"
               + ("" if args.clip else " (the screenshots' edges and colors "
                                       "agreeing; --clip PATH for the paper's CLIP cosine)"))
-        rewards = frontend.score_pages(scorer, [r["answer"] for r in records],
-                                       [r["task"]["ground_truth"] for r in records])
+        rewards = frontend.score_pages(scorer, [r["answer"] for r in records], [r["task"] for r in records])
     except (frontend.ClipUnavailable, ChromiumMissing) as e:
         fail(e)
     for record, reward in zip(records, rewards):

@@ -429,6 +429,8 @@ def test_the_prompt_states_the_budget_up_front_the_same_at_every_turn():
     systems.append(episode.agent_view()[0]["content"])
     assert systems[0] == systems[1] and TURN_BUDGET_NOTE.format(max_turns=2) in systems[0]
     assert agent_messages(TIP_TASK, episode.dialogue, 3)[0]["content"] != systems[0]
+    site = load_tasks(os.path.join(TASKS_DIR, "frontend_test.jsonl"))[0]  # a frontend site's shared style sheet
+    assert site["stylesheet"] in agent_messages(site, [{"role": "user", "content": "hi"}], 3)[0]["content"]
 
 
 def test_embedded_simulator_answers_the_one_fact_asked_for_and_nothing_to_general_requests():
@@ -1843,8 +1845,8 @@ def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
     # --page-facts: c is what the human knows of the page, the same words it answers with; code stays code.
     shipped = frontend_tasks("train")[0]
     told = critic.critic_messages(shipped, [{"role": "user", "content": "A page"}], 3, page_facts=True)[0]["content"]
-    assert frontend.page_summary(shipped["ground_truth"]) in told and shipped["ground_truth"][:40] not in told
-    assert frontend.fact_sentence("colors", frontend.page_facts(shipped["ground_truth"])["colors"]) in told
+    assert frontend.page_summary(shipped) in told and shipped["ground_truth"][:40] not in told
+    assert frontend.fact_sentence("colors", frontend.reference_facts(shipped)["colors"]) in told
     assert critic.critic_messages(TIP_TASK, [], 3, page_facts=True) == critic.critic_messages(TIP_TASK, [], 3)
 
 # ======================== 6. policy.py: the DPO + NLL loss by hand, the pairing rule, training, each method end to end
@@ -2223,14 +2225,15 @@ def tiny_clip(tmp_path_factory):
 # --- the task files
 
 def test_frontend_task_files_are_the_template_filled_with_their_facts_varied_and_reproducible(tmp_path):
-    from colbench.page import LAYOUTS, PALETTES, SECTIONS, build_page
+    from colbench.page import LAYOUTS, PALETTES, SECTIONS, STYLE, build_page
     from colbench.scripted import request_title
     train = load_tasks(os.path.join(TASKS_DIR, "frontend_train.jsonl"))
     test = load_tasks(os.path.join(TASKS_DIR, "frontend_test.jsonl"))
     assert len(train) >= 100 and len(test) >= 30
     for task in train + test:
-        page, facts = task["ground_truth"], frontend.page_facts(task["ground_truth"])
+        page, facts = task["ground_truth"], frontend.reference_facts(task)
         assert task_kind(task) == "frontend" and "<script" not in page and not re.search(r"(src|href)=", page)
+        assert task["stylesheet"] == STYLE and frontend.page_facts(page)["colors"] == {}  # the page's style: its facts
         assert facts["layout"] == task["layout"] and facts["sections"] == task["sections"]
         assert list(facts["colors"].values()) == list(PALETTES[task["palette"]])
         assert page == build_page(facts, request_title(task))  # nothing on the page but its told facts and name
@@ -2324,7 +2327,7 @@ def test_frontend_simulator_names_what_differs_most_outstanding_first_in_words_t
     from colbench.page import GENERIC_FACTS, build_page
     simulator = make_simulator("embedded")
     task = frontend_tasks("test")[0]
-    facts, title = frontend.page_facts(task["ground_truth"]), frontend.parsed(task["ground_truth"]).headings["h1"][0]
+    facts, title = frontend.reference_facts(task), frontend.parsed(task["ground_truth"]).headings["h1"][0]
 
     def say(page):
         return simulator.respond([(task, turn(f"How is this? {page}"))])[0]
@@ -2351,7 +2354,7 @@ def test_frontend_human_gives_general_requests_nothing_and_each_subject_its_valu
     from colbench.page import build_page
     from colbench.scripted import page_question, request_title
     for task in frontend_tasks("train", "test"):
-        facts = frontend.page_facts(task["ground_truth"])
+        facts = frontend.reference_facts(task)
         assert set(facts) == set(frontend.TOPIC_WORDS)  # every page has every subject
 
         def say(message):
@@ -2367,7 +2370,7 @@ def test_frontend_human_gives_general_requests_nothing_and_each_subject_its_valu
                        f"{frontend.fact_sentence('sections', facts['sections'])}"
         assert say("Which colors, layout and sections do you want?") == frontend.TOO_MANY_TOPICS
         # Everything the human can tell, copied into the template, is the reference page itself.
-        assert build_page(frontend.read_facts(frontend.page_summary(task["ground_truth"])), request_title(task)) \
+        assert build_page(frontend.read_facts(frontend.page_summary(task)), request_title(task)) \
             == task["ground_truth"]
         assert f"--background:{facts['colors']['background']};" in task["ground_truth"]
         assert f"background {facts['colors']['background']}," in say(page_question(["colors"]))
@@ -2433,7 +2436,7 @@ def test_frontend_warm_start_varies_turn_by_turn_and_writes_only_what_it_was_tol
         told = frontend.topics_told(r["task"], r["dialogue_history"])
         assert r["dialogue_history"][-1]["content"].startswith(ANSWER_MARKER)
         as_told += r["answer"] == build_page(told, request_title(r["task"]))
-        written = frontend.page_facts(r["answer"])
+        written = frontend.page_facts(frontend.as_shown(r["task"], r["answer"]))
         for topic in ("layout", "sections"):  # what was not told is the generic page's, not the reference's
             assert written[topic] == (told[topic] if topic in told else GENERIC_FACTS[topic]), (r["task_id"], topic)
         if "colors" not in told:
@@ -2486,7 +2489,7 @@ def test_frontend_edge_color_on_planted_pages(page_kind):
 
 def test_frontend_room_every_subject_the_human_tells_moves_the_score(tmp_path):
     from colbench.page import GENERIC_FACTS
-    tasks = [t for t in frontend_tasks("test") if all(frontend.page_facts(t["ground_truth"])[s] != GENERIC_FACTS[s]
+    tasks = [t for t in frontend_tasks("test") if all(frontend.reference_facts(t)[s] != GENERIC_FACTS[s]
                                                       for s in GENERIC_FACTS)][:1]
     write_jsonl(tmp_path / "tasks.jsonl", tasks)
     run_script("-m", "harness.room", str(tmp_path / "tasks.jsonl"), "--out", str(tmp_path / "room.json"))

@@ -73,6 +73,8 @@ def check_task(record, where):
     require(record, "ground_truth", str, where)
     record.setdefault("task_id", derive_task_id(record["problem_description"]))
     require(record, "task_id", str, where)
+    if "stylesheet" in record:  # frontend: the CSS every page of the task's site shares (colbench/page.py)
+        require(record, "stylesheet", str, where)
     if task_kind(record) == "backend":
         tests = require(record, "test_cases", dict, where)
         for name, call in tests.items():

@@ -157,15 +157,28 @@ def read_facts(text):
     return facts
 
 
-def page_summary(page):
-    """Everything the human can tell about `page`: each topic's fact_sentence, in page_facts' order."""
-    return " ".join(fact_sentence(topic, value) for topic, value in page_facts(page).items())
+def page_summary(task):
+    """Everything the human can tell about the page it has in mind: each topic's fact_sentence, in page_facts'
+    order."""
+    return " ".join(fact_sentence(topic, value) for topic, value in reference_facts(task).items())
 
 
 def topics_asked(message):
     """The topics whose words `message` holds, in TOPIC_WORDS' order."""
     message = message.lower()
     return [topic for topic, words in TOPIC_WORDS.items() if any(word in message for word in words)]
+
+
+def as_shown(task, page):
+    """`page` as a browser draws it on the task's site: the site's shared style sheet (the task's optional
+    `stylesheet`, as a linked CSS file) ahead of the page's own CSS. A blank page stays blank."""
+    sheet = task.get("stylesheet")
+    return f"<style>{sheet}</style>{page}" if sheet and page and page.strip() else page
+
+
+def reference_facts(task):
+    """page_facts of the page the human has in mind."""
+    return page_facts(as_shown(task, task["ground_truth"]))
 
 
 def facts_heard(dialogue):
@@ -177,7 +190,7 @@ def facts_heard(dialogue):
 def topics_told(task, dialogue):
     """{topic: value} of the reference page's facts that the human's replies in `dialogue` told."""
     told = facts_heard(dialogue)
-    facts = page_facts(task["ground_truth"])
+    facts = reference_facts(task)
     return {topic: value for topic, value in told.items() if facts.get(topic) == value}
 
 
@@ -200,8 +213,8 @@ def embedded_reply(task, dialogue):
     or nothing (NOTHING_ASKED) when it names none."""
     page = html_page(dialogue[-1]["content"])
     if page is not None:
-        return describe_differences(task["ground_truth"], page)[:MAX_REPLY_CHARS]
-    facts = page_facts(task["ground_truth"])
+        return describe_differences(as_shown(task, task["ground_truth"]), as_shown(task, page))[:MAX_REPLY_CHARS]
+    facts = reference_facts(task)
     asked = topics_asked(dialogue[-1]["content"])
     if len(asked) > MAX_TOPICS_PER_QUESTION:
         return TOO_MANY_TOPICS
@@ -234,7 +247,7 @@ def vision_messages(task, dialogue):
     agent_page = html_page(dialogue[-1]["content"])
     transcript = "\n\n".join(("Assistant: " if turn["role"] == "assistant" else "You: ") + turn["content"]
                              for turn in dialogue)
-    images = [render(task["ground_truth"])] + ([render(agent_page)] if agent_page is not None else [])
+    images = [render(as_shown(task, page)) for page in (task["ground_truth"], agent_page) if page is not None]
     system = VISION_PROMPT.format(second=SECOND_IMAGE if agent_page is not None else NO_SECOND_IMAGE)
     content = [{"type": "text", "text": f"The conversation so far:\n\n{transcript}\n\nYour reply:"}]
     content += [{"type": "image_url", "image_url": {"url": data_url(image)}} for image in images]
@@ -371,13 +384,13 @@ class ClipScorer:
         return (self.embed(images) * self.embed(reference_images)).sum(-1).clamp(-1, 1).tolist()
 
 
-def score_pages(scorer, pages, reference_pages):
-    """The frontend reward of each final page: its full-page screenshot's similarity with the reference's,
-    by `scorer` (EdgeColorSimilarity or ClipScorer). No page scores as a failed one: a black image, as in
-    the official evaluator."""
-    screenshots = render_many(pages, full_page=True)
+def score_pages(scorer, pages, tasks):
+    """The frontend reward of each final page: its full-page screenshot's similarity with its task's reference
+    page's, both as shown on the task's site (as_shown), by `scorer` (EdgeColorSimilarity or ClipScorer). No
+    page scores as a failed one: a black image, as in the official evaluator."""
+    screenshots = render_many([as_shown(task, page) for page, task in zip(pages, tasks)], full_page=True)
     screenshots = [image if page and page.strip() else failed_image() for page, image in zip(pages, screenshots)]
-    return scorer.similarity(screenshots, render_many(reference_pages, full_page=True))
+    return scorer.similarity(screenshots, render_many([as_shown(t, t["ground_truth"]) for t in tasks], full_page=True))
 
 
 def task_outcomes(rewards, other_rewards):

@@ -4,9 +4,11 @@ A page is decided by three facts, each a value in one slot of TEMPLATE:
     colors    four CSS color names in the :root line (background, text, accent, band)
     layout    the <body> class: single, hero, sidebar or cards
     sections  which section kinds appear, and in what order (SECTIONS: each kind has one fixed title and body)
-Everything else is fixed, the same in every task: the style sheet, the font, each section's body. The
-title is the business's name, which the request gives. So a page with every fact right is the reference
-page itself, and what nobody tells never decides a score.
+Everything else is fixed, the same in every task: each section's body, and STYLE, the site's shared style
+sheet, which each task carries as its `stylesheet` and the renderer puts ahead of every page of the task (as
+a linked CSS file), so that a page holds only its facts. The title is the business's name, which the request
+gives. So a page with every fact right is the reference page itself, and what nobody tells never decides a
+score.
 """
 
 # name -> (background, text, accent, band), as CSS color names: the accent colors headings and boxes, the band
@@ -50,7 +52,7 @@ STYLE = ("body{margin:0;background:var(--background);color:var(--text)}h2,b{colo
          "header{background:var(--band);padding:20px}main{padding:20px}.hero header{padding:90px}"
          ".sidebar{display:flex}.cards main{columns:2}main>*{border:4px solid var(--accent);margin:0;padding:20px}"
          ".box{background:var(--accent);height:120px}")
-TEMPLATE = ("<html><style>:root{{{colors}}}" + STYLE.replace("{", "{{").replace("}", "}}") + "</style>\n"
+TEMPLATE = ("<html><style>:root{{{colors}}}</style>\n"
             '<body class="{layout}"><header><h1>{title}</h1></header><main>\n{sections}</main></body></html>')
 
 def build_page(facts, title):

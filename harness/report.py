@@ -17,6 +17,7 @@ import os
 from colbench.cli import fail, non_negative_int, positive_int, trajectories_or_fail
 from colbench.data import DataError, read_jsonl, task_kind
 from colbench.env import html_page
+from colbench.frontend import as_shown
 
 
 def svg_plot(points, title, width=360, height=160):
@@ -64,10 +65,10 @@ def shade(advantage, scale):
     return f"rgba({'22,163,74' if advantage > 0 else '220,38,38'},{0.08 + 0.5 * strength:.2f})"
 
 
-def screenshot(page, caption):
-    """A page's full-page screenshot, inline as a PNG 360 pixels wide, with its caption."""
+def screenshot(task, page, caption):
+    """A page's full-page screenshot on the task's site (as_shown), inline as a PNG 360 pixels wide, with its caption."""
     from colbench.render import render
-    image = render(page, full_page=True)
+    image = render(as_shown(task, page), full_page=True)
     image = image.resize((360, max(1, image.height * 360 // image.width)))
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
@@ -82,7 +83,7 @@ def dialogue_html(trajectory, advantages, scale, screenshots=False):
     head = (f"<h3>{html.escape(str(trajectory['task_id']))} · sample {trajectory['sample_idx']} · "
             f"reward {reward}{success}</h3>")
     if screenshots:
-        head += screenshot(trajectory["task"]["ground_truth"], "the page the human has in mind (c)")
+        head += screenshot(trajectory["task"], trajectory["task"]["ground_truth"], "the page the human has in mind (c)")
     turns, agent_turn = [], 0
     for message in trajectory["dialogue_history"]:
         advantage = None
@@ -94,7 +95,7 @@ def dialogue_html(trajectory, advantages, scale, screenshots=False):
         turns.append(f"<div class='turn {message['role']}' style='background:{shade(advantage, scale)}'>"
                      f"<b>{'agent' if message['role'] == 'assistant' else 'human'}</b>{note}"
                      f"<pre>{html.escape(message['content'])}</pre>"
-                     f"{screenshot(page, 'the page of this turn') if page else ''}</div>")
+                     f"{screenshot(trajectory['task'], page, 'the page of this turn') if page else ''}</div>")
     return f"<section>{head}{''.join(turns)}</section>"
 
 

@@ -13,7 +13,7 @@ import json
 
 from colbench.cli import fail
 from colbench.data import DataError, load_tasks
-from colbench.frontend import EdgeColorSimilarity, page_facts, score_pages
+from colbench.frontend import EdgeColorSimilarity, reference_facts, score_pages
 from colbench.page import GENERIC_FACTS, build_page
 from colbench.scripted import request_title
 
@@ -23,7 +23,7 @@ SUBJECTS = tuple(GENERIC_FACTS)
 def variants(task):
     """{name: page} of one task: blank, generic, '+subject' (generic, that subject right), '-subject'
     (reference, that subject generic), reference."""
-    facts, title = page_facts(task["ground_truth"]), request_title(task)
+    facts, title = reference_facts(task), request_title(task)
     pages = {"blank": "", "generic": build_page(GENERIC_FACTS, title)}
     for subject in SUBJECTS:
         pages[f"+{subject}"] = build_page({subject: facts[subject]}, title)
@@ -43,8 +43,7 @@ def main():
         fail(e)
     pages = [variants(task) for task in tasks]
     names = list(pages[0])
-    scores = score_pages(EdgeColorSimilarity(), [p[n] for p in pages for n in names],
-                         [t["ground_truth"] for t in tasks for _ in names])
+    scores = score_pages(EdgeColorSimilarity(), [p[n] for p in pages for n in names], [t for t in tasks for _ in names])
     mean = {n: sum(scores[i * len(names) + k] for i in range(len(tasks))) / len(tasks) for k, n in enumerate(names)}
     room = mean["reference"] - mean["generic"]
     print(f"{len(tasks)} tasks; the room, generic page {mean['generic']:.3f} to reference {mean['reference']:.3f}: "

@@ -31,7 +31,7 @@ import re
 from colbench.cli import fail, non_negative_int, positive_int
 from colbench.data import DataError, load_tasks, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER, Episode
-from colbench.frontend import facts_heard, page_facts, topics_told
+from colbench.frontend import facts_heard, reference_facts, topics_told
 from colbench.page import build_page
 from colbench.scripted import request_title, subject_words
 from colbench.simulators import EmbeddedSimulator, facts_told, hidden_facts
@@ -126,7 +126,7 @@ def page_subject_question(topic, rng):
 
 def frontend_dialogue(task, sample_idx, rng, max_turns=3):
     """One trajectory line of the turn-by-turn script (PAGE_MOVES) on a frontend task."""
-    episode, human, topics = Episode(task, sample_idx, max_turns), EmbeddedSimulator(), page_facts(task["ground_truth"])
+    episode, human, topics = Episode(task, sample_idx, max_turns), EmbeddedSimulator(), reference_facts(task)
     moves, weights = list(PAGE_MOVES), list(PAGE_MOVES.values())
     title = request_title(task) or "Welcome"
     for _ in range(max_turns - 1):
@@ -162,7 +162,7 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
 def every_fact_told(row):
     task, dialogue = row["task"], row["dialogue_history"]
     if task_kind(task) == "frontend":
-        return len(topics_told(task, dialogue)) == len(page_facts(task["ground_truth"]))
+        return len(topics_told(task, dialogue)) == len(reference_facts(task))
     return len(facts_told(task, dialogue)) == len(hidden_facts(task))
 
 

@@ -17,7 +17,7 @@ import os
 import random
 
 from colbench.data import write_jsonl
-from colbench.page import COLOR_PARTS, LAYOUTS, PALETTES, SECTIONS, build_page
+from colbench.page import COLOR_PARTS, LAYOUTS, PALETTES, SECTIONS, STYLE, build_page
 from colbench.tasks import FOLDER
 
 SEED = 5400
@@ -57,7 +57,7 @@ REQUEST_ENDINGS = ["", " I have a look in mind, so ask me.", " I'll tell you wha
 
 
 def draw_task(rng):
-    """{site, palette, layout, sections, problem_description, ground_truth} of one task, all from `rng`."""
+    """{site, palette, layout, sections, problem_description, ground_truth, stylesheet} of one task, from `rng`."""
     site = rng.choice(sorted(SITES))
     what, names = SITES[site]
     name = rng.choice(names)
@@ -66,7 +66,7 @@ def draw_task(rng):
              "sections": [SECTIONS[kind][0] for kind in rng.sample(sorted(SECTIONS), rng.choice([3, 4]))]}
     request = rng.choice(REQUESTS).format(what=what, name=name) + rng.choice(REQUEST_ENDINGS)
     return {"site": site, "palette": palette, **{k: v for k, v in facts.items() if k != "colors"},
-            "problem_description": request, "ground_truth": build_page(facts, name)}
+            "problem_description": request, "ground_truth": build_page(facts, name), "stylesheet": STYLE}
 
 
 def make_tasks(split, count, seed=SEED):
