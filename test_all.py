@@ -429,8 +429,6 @@ def test_the_prompt_states_the_budget_up_front_the_same_at_every_turn():
     systems.append(episode.agent_view()[0]["content"])
     assert systems[0] == systems[1] and TURN_BUDGET_NOTE.format(max_turns=2) in systems[0]
     assert agent_messages(TIP_TASK, episode.dialogue, 3)[0]["content"] != systems[0]
-    site = load_tasks(os.path.join(TASKS_DIR, "frontend_test.jsonl"))[0]  # a frontend site's shared style sheet
-    assert site["stylesheet"] in agent_messages(site, [{"role": "user", "content": "hi"}], 3)[0]["content"]
 
 
 def test_embedded_simulator_answers_the_one_fact_asked_for_and_nothing_to_general_requests():

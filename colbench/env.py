@@ -35,19 +35,14 @@ SYSTEM_PROMPTS = {
 # does not count turns). Both are in the dialogue the critic (critic.py) reads with c.
 TURN_BUDGET_NOTE = (" You have at most {max_turns} turns with them; whatever you reply at the last one is "
                     "taken as your final answer.")
-# A frontend task whose pages share a style sheet (its `stylesheet`: colbench/page.py) shows it to the agent.
-SITE_STYLE_NOTE = (" Every page of this site shares the style sheet below (the site adds it), so your page's <style> "
-                   "needs only what differs: {}")
 LAST_TURN_NOTE = "\n\n(Your next reply is your last turn: it is taken as your final answer.)"
 OFFICIAL_MAX_TURNS = 10  # the budget of trajectories that do not record theirs (the official offline files)
 
 
 def agent_messages(task, dialogue, max_turns):
     """The messages the agent sees at the turn that follows `dialogue`: its system prompt, which states
-    the budget of `max_turns` agent turns (and a site's shared style sheet), then the dialogue."""
+    the budget of `max_turns` agent turns, then the dialogue."""
     system = SYSTEM_PROMPTS[task_kind(task)] + TURN_BUDGET_NOTE.format(max_turns=max_turns)
-    if task.get("stylesheet"):
-        system += SITE_STYLE_NOTE.format(task["stylesheet"])
     return [{"role": "system", "content": system}] + plain_messages(dialogue)
 
 

@@ -43,7 +43,7 @@ SETTINGS = dict(
     candidates=6, pairs_per_turn=2, policy_lr=1e-5, beta=0.1, nll_coef=1.0, lr_schedule="constant",
     demo_fraction=0.2,         # of the offline trajectories whose turn states SWEET-RL ranks: its time budget
     experiment_fraction=0.2,   # every trained agent of the experiment (--data-fraction)
-    judge_candidates=6,
+    judge_candidates=12,       # replies per held-out state the judge samples: 6 left 32 states the tests tell apart
     batch_size=256)            # dialogues per batched rollout step, sequences per sampling call: all at once
 # The experiment's agents: a SWEET-RL variant names the critic that ranks its candidates ("random": scores
 # drawn at random); the controls rank the candidates SWEET-RL sampled. A baseline names its baselines.py method.
