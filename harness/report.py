@@ -66,7 +66,8 @@ def shade(advantage, scale):
 
 
 def screenshot(task, page, caption):
-    """A page's full-page screenshot on the task's site (as_shown), inline as a PNG 360 pixels wide, with its caption."""
+    """A page's full-page screenshot on the task's site (as_shown), inline as a PNG 360 pixels wide, with its
+    caption."""
     from colbench.render import render
     image = render(as_shown(task, page), full_page=True)
     image = image.resize((360, max(1, image.height * 360 // image.width)))
