@@ -2800,7 +2800,7 @@ def test_demo_passes_a_stage_only_what_differs_from_its_defaults_and_the_stage_r
     expected = {"rollout.py": {"max_turns": "max_turns", "temperature": "temperature", "max_new_tokens":
                                "max_new_tokens", "batch_size": "batch_size"},
                 "critic.py": {"epochs": "critic_epochs", "lr": "critic_lr", "trajectory_score": "trajectory_score",
-                              "max_length": "critic_max_length"},
+                              "max_length": "critic_max_length", "pairing": "critic_pairing"},
                 "policy.py": {"candidates": "candidates", "pairs_per_turn": "pairs_per_turn", "lr": "policy_lr",
                               "beta": "beta", "nll_coef": "nll_coef", "temperature": "temperature",
                               "max_new_tokens": "max_new_tokens", "data_fraction": "demo_fraction"},

@@ -39,7 +39,7 @@ from harness import baselines, judge
 SETTINGS = dict(
     model="embedded", warm_samples=2, rl_tasks=45, samples=5, test_samples=7, validation_samples=10,
     max_turns=3, max_new_tokens=64, temperature=0.7, warm_lr=1e-4, warm_batch_size=8,
-    critic_epochs=1, critic_lr=1e-4, trajectory_score="token-mean", critic_max_length=1024,
+    critic_epochs=1, critic_lr=1e-4, trajectory_score="token-mean", critic_max_length=1024, critic_pairing="all",
     candidates=6, pairs_per_turn=2, policy_lr=1e-5, beta=0.1, nll_coef=1.0, lr_schedule="constant",
     demo_fraction=0.2,         # of the offline trajectories whose turn states SWEET-RL ranks: its time budget
     experiment_fraction=0.2,   # every trained agent of the experiment (--data-fraction)
@@ -65,11 +65,13 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 # validation tasks after the benchmark's redesign (colbench/page.py; docs/RESULTS.md): at 1e-4 and 8 a step the
 # start had not learned the template. c as the page's facts and SWEET-RL on a tenth of the offline dialogues
 # come from the validation before the redesign (docs/NOTEBOOK.md); the policy's learning rate is the backend's;
-# the critic's two epochs (12 steps) were set by hand after one (6 steps) left its loss near log 2. A page is at
-# most 188 tokens (the site's style sheet is not in it): 256 new tokens hold one.
+# the critic's two epochs were set by hand after one left its loss near log 2; its pairs are the official
+# frontend rule's (two dialogues of a task whose scores are at least 0.1 apart). A page is at most 188 tokens (the
+# site's style sheet is not in it): 256 new tokens hold one. Four turns: three questions of one subject each can
+# tell a page's three subjects before the last turn writes it (in three turns, only a question of two could).
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, warm_lr=2e-4, warm_batch_size=4, rl_tasks=24, samples=4,
-                test_samples=3, max_new_tokens=256, critic_epochs=2, critic_max_length=2048, page_facts=True,
-                demo_fraction=0.1, candidates=4, batch_size=128)
+                test_samples=3, max_turns=4, max_new_tokens=256, critic_epochs=2, critic_max_length=2048,
+                critic_pairing="official", page_facts=True, demo_fraction=0.1, candidates=4, batch_size=128)
 
 
 PARSERS = {"rollout.py": rollout.parser, "critic.py": critic_stage.parser, "policy.py": policy_stage.parser,
@@ -168,7 +170,7 @@ def train_critic(run, s, name, folder, flags=()):
     run.stage(name, "critic.py", run.path("train.scored.jsonl"), "--model", run.path("warm"), "--out", folder,
               *differing("critic.py", epochs=s["critic_epochs"], lr=s["critic_lr"],
                          trajectory_score=s["trajectory_score"], max_length=s["critic_max_length"],
-                         page_facts=s.get("page_facts", False), fast=True),
+                         pairing=s["critic_pairing"], page_facts=s.get("page_facts", False), fast=True),
               *flags, done_when=folder)
 
 
