@@ -2840,7 +2840,7 @@ def test_frontend_run_keeps_warm_start_rl_and_test_pages_apart(tmp_path):
     assert pages["warm"] | pages["train"] | pages["valid"] == training  # validation: the training tasks left over
 
 
-def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_page_over_question_pairs(tmp_path):
+def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_pairs_by_what_they_can_tell(tmp_path):
     from harness.demo import frontend_table, page_asking, ranked_pairs
     task = frontend_tasks("test")[0]
     page, question = f"{ANSWER_MARKER}\n{PAGE}", "What colors and what layout do you want?"
@@ -2860,14 +2860,37 @@ def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_p
     assert asking["at_once"] == [pytest.approx(0.1), 3]
     assert asking["subjects_told"] == 1.2  # colors and layout told in three dialogues of five
     assert page_asking([played([page], 0.2)])["after_asking"] is None
+    # What a reply can still tell, by the human's rules: before the last turn, a question naming an untold subject
+    # or a page shown (1) beats a question naming none untold or an answer while a subject is untold (0); an
+    # answer with every subject told is unsettled (None). At the last turn a page is the answer (1), a question 0,
+    # or unsettled after a page was shown (that page is the answer).
+    vague, draft = "Can you tell me more?", f"Like this? {PAGE}"
+    start = [{"role": "user", "content": task["problem_description"]}]
+    asked = played([question], 0)["dialogue_history"] + [
+        {"role": "user", "content": frontend.embedded_reply(task, played([question], 0)["dialogue_history"])}]
+    assert [frontend.can_still_tell(task, start, r, False) for r in (question, draft, vague, page)] == [1, 1, 0, 0]
+    assert frontend.can_still_tell(task, asked, question, False) == 0  # colors and layout told already
+    everything = played([f"What {words[0]}?" for words in frontend.TOPIC_WORDS.values()], 0)["dialogue_history"]
+    everything += [{"role": "user", "content": frontend.embedded_reply(task, everything)}]
+    assert frontend.can_still_tell(task, everything, page, False) is None
+    assert [frontend.can_still_tell(task, start, r, True) for r in (page, draft, question)] == [1, 1, 0]
+    assert frontend.can_still_tell(task, played([draft], 0)["dialogue_history"], question, True) is None
+    # ranked_pairs reads each pair's history off the offline dialogues: one dialogue (a question, two vague ones, a page), six pairs.
+    offline = dict(played([question, vague, vague, page], 0.3), task_id=task["task_id"], sample_idx=0, max_turns=4,
+                   answer=PAGE)
+    scored = tmp_path / "train.scored.jsonl"
+    write_jsonl(scored, [offline])
     os.makedirs(tmp_path / "policy")
 
-    def reply(text):
-        return [{"role": "assistant", "content": text}]
+    def pair(turn, chosen, rejected):
+        return {"task_id": task["task_id"], "sample_idx": 0, "turn": turn,
+                "chosen": [{"role": "assistant", "content": chosen}],
+                "rejected": [{"role": "assistant", "content": rejected}]}
     write_jsonl(tmp_path / "policy" / "pairs.jsonl",
-                [{"chosen": reply(page), "rejected": reply(question)}] * 3
-                + [{"chosen": reply(question), "rejected": reply(page)}, {"chosen": reply(page), "rejected": reply(page)}])
-    assert ranked_pairs(str(tmp_path / "policy")) == {"page over question": 3, "question over page": 1, "same kind": 1}
+                [pair(0, question, vague), pair(0, draft, page), pair(3, page, vague),  # right
+                 pair(0, page, question), pair(1, vague, "What sections do you want?"),  # wrong
+                 pair(1, question, vague)])  # alike: colors and layout were told at turn 0
+    assert ranked_pairs(str(tmp_path / "policy"), str(scored)) == {"right": 3, "wrong": 2, "alike": 1}
     # The table: a row per agent, the start's without differences; the room, the critic, the pairs.
     agents = ("zero-shot", "sweet")
     r = {"test_tasks": 2, "image_score": ["edge-color"], "test_dialogues": dict.fromkeys(agents, 4),
@@ -2877,12 +2900,12 @@ def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_p
          "after_asking": {"zero-shot": None, "sweet": [0.4, 2]},
          "at_once": dict.fromkeys(agents, [0.05, 2]), "subjects_told": dict.fromkeys(agents, 1.0),
          "critic_with_c": {"pair_accuracy": 0.6, "ci95": [0.5, 0.7], "pairs": 50, "tasks": 10, "by_answer_length": 0.55},
-         "sweet_pairs": {"page over question": 0, "question over page": 3, "same kind": 5}, "stage_seconds": {"x": 60}}
+         "sweet_pairs": {"right": 3, "wrong": 1, "alike": 5}, "stage_seconds": {"x": 60}}
     text = frontend_table(r)
     assert "| starting policy (warm start) | 4 | 0.1000 | - | - | 50.0 | 25.0 | - | 0.0500 (2) | 1.00 |" in text
     assert "| SWEET-RL | 4 | 0.2000 | +0.1000 [+0.0500, +0.1500] | 75.0 [50.0, 100.0] | 50.0 | 25.0 | 0.4000 (2) |" in text
     assert "0.600 [0.500, 0.700] on 50 pairs of 10 tasks; the longer final page orders 0.550" in text
-    assert "3 a question over a page" in text
+    assert "3 chose the reply that can still tell more by the human's rules, 1 the one that tells less, 5 alike" in text
 
 
 # ======================== 10. README.md and docs/: the map from the paper to the code, the departures

@@ -29,7 +29,7 @@ import urllib.parse
 import numpy
 from PIL import Image
 
-from colbench.env import html_page
+from colbench.env import ANSWER_MARKER, html_page
 from colbench.page import LAYOUTS
 from colbench.render import failed_image, render, render_many
 
@@ -192,6 +192,23 @@ def topics_told(task, dialogue):
     told = facts_heard(dialogue)
     facts = reference_facts(task)
     return {topic: value for topic, value in told.items() if facts.get(topic) == value}
+
+
+def can_still_tell(task, history, reply, last_turn):
+    """Whether `reply`, the agent's turn after `history`, can still bring its final page closer to the reference,
+    by the embedded human's rules: 1 or 0, or None where the order depends on what follows. At the last turn, a
+    page 1; a question 0, or None after a page was shown (that page is the answer). Before it, 1 for a question
+    naming an untold subject (MAX_TOPICS_PER_QUESTION at most) or a page shown with the dialogue going on; 0 for
+    a question that names none or an answer written while a subject is untold; None for an answer with every
+    subject told."""
+    if last_turn:
+        return 1 if html_page(reply) is not None else None if any(
+            html_page(turn["content"]) for turn in history if turn["role"] == "assistant") else 0
+    untold = set(reference_facts(task)) - set(topics_told(task, history))
+    if html_page(reply) is not None:
+        return 1 if ANSWER_MARKER not in reply else 0 if untold else None
+    asked = topics_asked(reply)
+    return int(len(asked) <= MAX_TOPICS_PER_QUESTION and bool(untold & set(asked)))
 
 
 # ---------------------------------------------------------------- the embedded human

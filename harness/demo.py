@@ -25,8 +25,8 @@ import policy as policy_stage
 import rollout
 from colbench.cli import fraction
 from colbench.data import load_tasks, load_trajectories, read_jsonl, task_kind, write_jsonl
-from colbench.env import ANSWER_MARKER, html_page
-from colbench.frontend import task_outcomes, topics_told
+from colbench.env import ANSWER_MARKER, html_page, turn_budget, turn_states
+from colbench.frontend import can_still_tell, task_outcomes, topics_told
 from colbench.simulators import facts_told, hidden_facts
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
 from harness import baselines, judge
@@ -75,8 +75,8 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 # against it.
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, warm_lr=2e-4, warm_batch_size=4, rl_tasks=24, samples=4,
                 test_samples=3, max_turns=4, max_new_tokens=256, critic_epochs=2, critic_max_length=2048,
-                critic_pairing="official", trajectory_score="turn-sum", page_facts=True, demo_fraction=0.1, candidates=4,
-                batch_size=128)
+                critic_pairing="official", trajectory_score="turn-sum", page_facts=True, demo_fraction=0.1,
+                candidates=4, batch_size=128)
 
 
 PARSERS = {"rollout.py": rollout.parser, "critic.py": critic_stage.parser, "policy.py": policy_stage.parser,
@@ -549,15 +549,20 @@ def length_pair_accuracy(metrics, scored_path):
     return sum(pair_outcomes(margins)) / max(1, len(margins))
 
 
-def ranked_pairs(policy_folder):
-    """SWEET-RL's pairs by what the critic preferred: a page over a question, a question over a page, or
-    two replies of the same kind."""
-    kinds = {"page over question": 0, "question over page": 0, "same kind": 0}
+def ranked_pairs(policy_folder, scored_path):
+    """SWEET-RL's pairs by whether the critic chose the reply that can still tell more (colbench/frontend.py
+    `can_still_tell`, the embedded human's rules; the offline dialogues of `scored_path` give each pair's
+    history): right, wrong, or alike (both can, both cannot, or the order is not settled)."""
+    states = {policy_stage.state_key(state): state for state in turn_states(load_trajectories(scored_path))}
+    counts = {"right": 0, "wrong": 0, "alike": 0}
     for _, row in read_jsonl(os.path.join(policy_folder, "pairs.jsonl"), allow_empty=True):
-        chosen, rejected = (html_page(row[side][0]["content"]) is not None for side in ("chosen", "rejected"))
-        kinds["page over question" if chosen > rejected else "question over page" if rejected > chosen
-              else "same kind"] += 1
-    return kinds
+        trajectory, turn, history = states[row["task_id"], row["sample_idx"], row["turn"]]
+        last_turn = turn == turn_budget(trajectory) - 1
+        chosen, rejected = (can_still_tell(trajectory["task"], history, row[side][0]["content"], last_turn)
+                            for side in ("chosen", "rejected"))
+        counts["alike" if None in (chosen, rejected) or chosen == rejected else
+               "right" if chosen > rejected else "wrong"] += 1
+    return counts
 
 
 def frontend_run(run, s):
@@ -605,7 +610,7 @@ def frontend_run(run, s):
                                  "ci95": critic["after"]["pair_accuracy_ci95"], "pairs": critic["eval_pairs"],
                                  "tasks": critic["eval_tasks"], "by_answer_length": length_pair_accuracy(
                                      critic["after"], run.path("train.scored.jsonl"))},
-               "sweet_pairs": ranked_pairs(run.path("policy_sweet")),
+               "sweet_pairs": ranked_pairs(run.path("policy_sweet"), run.path("train.scored.jsonl")),
                "stage_seconds": run.seconds, "settings": s}
     with open(run.path("results.json"), "w") as f:
         json.dump(results, f, indent=1)
@@ -639,8 +644,8 @@ def frontend_table(r):
               f"critic with c: held-out pair accuracy {c['pair_accuracy']:.3f} "
               f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] on {c['pairs']} pairs of {c['tasks']} tasks; the longer "
               f"final page orders {c['by_answer_length']:.3f} of them",
-              f"SWEET-RL's pairs, as its critic ranked the candidates: {p['page over question']} put a page over a "
-              f"question, {p['question over page']} a question over a page, {p['same kind']} two of a kind",
+              f"SWEET-RL's pairs, as its critic ranked the candidates: {p['right']} chose the reply that can still "
+              f"tell more by the human's rules, {p['wrong']} the one that tells less, {p['alike']} alike or unsettled",
               "", minutes(r["stage_seconds"])]
     return "\n".join(lines)
 
