@@ -2866,8 +2866,8 @@ def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_p
     # or unsettled after a page was shown (that page is the answer).
     vague, draft = "Can you tell me more?", f"Like this? {PAGE}"
     start = [{"role": "user", "content": task["problem_description"]}]
-    asked = played([question], 0)["dialogue_history"] + [
-        {"role": "user", "content": frontend.embedded_reply(task, played([question], 0)["dialogue_history"])}]
+    asked = played([question], 0)["dialogue_history"]
+    asked += [{"role": "user", "content": frontend.embedded_reply(task, asked)}]
     assert [frontend.can_still_tell(task, start, r, False) for r in (question, draft, vague, page)] == [1, 1, 0, 0]
     assert frontend.can_still_tell(task, asked, question, False) == 0  # colors and layout told already
     everything = played([f"What {words[0]}?" for words in frontend.TOPIC_WORDS.values()], 0)["dialogue_history"]
@@ -2875,7 +2875,8 @@ def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_p
     assert frontend.can_still_tell(task, everything, page, False) is None
     assert [frontend.can_still_tell(task, start, r, True) for r in (page, draft, question)] == [1, 1, 0]
     assert frontend.can_still_tell(task, played([draft], 0)["dialogue_history"], question, True) is None
-    # ranked_pairs reads each pair's history off the offline dialogues: one dialogue (a question, two vague ones, a page), six pairs.
+    # ranked_pairs reads each pair's history off the offline dialogues: one dialogue (a question, two vague ones,
+    # a page), six pairs.
     offline = dict(played([question, vague, vague, page], 0.3), task_id=task["task_id"], sample_idx=0, max_turns=4,
                    answer=PAGE)
     scored = tmp_path / "train.scored.jsonl"

@@ -199,8 +199,8 @@ def can_still_tell(task, history, reply, last_turn):
     by the embedded human's rules: 1 or 0, or None where the order depends on what follows. At the last turn, a
     page 1; a question 0, or None after a page was shown (that page is the answer). Before it, 1 for a question
     naming an untold subject (MAX_TOPICS_PER_QUESTION at most) or a page shown with the dialogue going on; 0 for
-    a question that names none or an answer written while a subject is untold; None for an answer with every
-    subject told."""
+    a question naming no untold subject (or too many subjects) or an answer written while a subject is untold;
+    None for an answer with every subject told."""
     if last_turn:
         return 1 if html_page(reply) is not None else None if any(
             html_page(turn["content"]) for turn in history if turn["role"] == "assistant") else 0
