@@ -202,8 +202,8 @@ def can_still_tell(task, history, reply, last_turn):
     a question naming no untold subject (or too many subjects) or an answer written while a subject is untold;
     None for an answer with every subject told."""
     if last_turn:
-        return 1 if html_page(reply) is not None else None if any(
-            html_page(turn["content"]) for turn in history if turn["role"] == "assistant") else 0
+        shown_before = any(html_page(turn["content"]) for turn in history if turn["role"] == "assistant")
+        return 1 if html_page(reply) is not None else None if shown_before else 0
     untold = set(reference_facts(task)) - set(topics_told(task, history))
     if html_page(reply) is not None:
         return 1 if ANSWER_MARKER not in reply else 0 if untold else None
