@@ -728,10 +728,14 @@ def test_shrinking_batch_sampling_gives_model_generate_tokens_under_greedy(tiny_
     assert len(set(lengths)) >= 3 and 16 in lengths and min(lengths) < 16
     assert sample_shrinking_batch(model, prompt_ids, 16, 0, [stop]) == plain
     assert sample_shrinking_batch(model, prompt_ids, 16, 0, [stop], in_place=False) == plain  # the cache by torch.cat
+    assert sample_shrinking_batch(model, prompt_ids, 16, 0, [stop], prefill_tokens=1) == plain  # a pass per prompt
     torch.manual_seed(1)
     sampled = sample_shrinking_batch(model, prompt_ids, 16, 1.0, [stop])
     assert sampled != plain and all(len(row) == 16 or row.index(stop) == len(row) - 1 for row in sampled)
     assert sampled[1] != sampled[5]  # the twice-given prompt's two rows draw their own tokens
+    for prefill_tokens in (None, 1):  # all in one pass, a pass per prompt: the same numbers, the same draws
+        torch.manual_seed(1)
+        assert sample_shrinking_batch(model, prompt_ids, 16, 1.0, [stop], prefill_tokens=prefill_tokens) == sampled
 
 
 def test_a_template_without_a_system_role_gets_the_system_prompt_in_the_first_user_message(tiny_model):

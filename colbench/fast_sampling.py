@@ -2,10 +2,12 @@
 
 sample_shrinking_batch  a shared beginning encoded once, each distinct prompt once, and a finished reply
                         leaving the batch; test_all.py holds its greedy tokens equal to sample_plain's
+prefill_by_length       the distinct prompts encoded a few of like length at a time, not all padded to the longest
 ReservedLayer           a KV-cache layer that writes each step's keys and values into room reserved for
                         them, instead of transformers' torch.cat of the whole cache
 keep_freed_memory       freed memory kept in the process for the next large block (load_model sets it)
 """
+import copy
 import ctypes
 
 import torch
@@ -27,10 +29,12 @@ def keep_freed_memory(keep=True):
 
 
 @torch.no_grad()
-def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, end_ids, in_place=True):
+def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, end_ids, in_place=True,
+                           prefill_tokens=4096):
     """sample_plain's rows, the fast way, for prompts given as id lists. The prompts' common beginning
     (a system prompt) is encoded once, and each distinct prompt once (policy.py samples n replies to
-    each); their KV cache is then copied to every row. In the sampling loop a row that ends its reply
+    each), a few of like length at a time (prefill_by_length: at most `prefill_tokens` padded tokens a pass;
+    None, all in one pass); their KV cache is then copied to every row. In the sampling loop a row that ends its reply
     leaves the batch, its cached keys and values with it, so only unfinished replies cost compute; each
     step writes its keys and values into room reserved for them (ReservedLayer; in_place=False appends
     them with torch.cat, as transformers does, for harness/bench.py to compare).
@@ -47,26 +51,22 @@ def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, end_i
     shared = min(len(ids) for ids in distinct) - 1
     while any(ids[:shared] != distinct[0][:shared] for ids in distinct):
         shared -= 1
-    cache = None
+    prefix = None
     if shared:
-        cache = model(input_ids=torch.tensor([distinct[0][:shared]], device=device), use_cache=True,
-                      logits_to_keep=1).cache
-        cache.batch_repeat_interleave(len(distinct))
+        prefix = model(input_ids=torch.tensor([distinct[0][:shared]], device=device), use_cache=True,
+                       logits_to_keep=1).cache
     # The rest of each distinct prompt, left-padded after the shared beginning; positions count real tokens.
     rests = [list(ids[shared:]) for ids in distinct]
     longest = max(len(rest) for rest in rests)
-    input_ids = torch.tensor([[0] * (longest - len(rest)) + rest for rest in rests], device=device)
     rest_mask = torch.tensor([[0] * (longest - len(rest)) + [1] * len(rest) for rest in rests], device=device)
     attention_mask = torch.cat([rest_mask.new_ones(len(rests), shared), rest_mask], dim=-1)
     positions = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
-    output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                   cache=cache, use_cache=True, logits_to_keep=1)
+    cache, logits = prefill_by_length(model, rests, prefix, shared, prefill_tokens or len(rests) * longest)
     # Every row starts from its prompt's cache.
-    cache = output.cache
     if in_place:
         cache.layers = [ReservedLayer(layer, max_new_tokens) for layer in cache.layers]
     cache.batch_select_indices(row_prompt)
-    logits = output.logits[row_prompt, -1].float()
+    logits = logits[row_prompt].float()
     attention_mask, positions = attention_mask[row_prompt], positions[row_prompt, -1:]
     rows = [[] for _ in prompt_ids]
     live = list(range(len(prompt_ids)))  # the prompt each batch row belongs to
@@ -93,6 +93,50 @@ def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, end_i
                        cache=cache, use_cache=True)
         cache, logits = output.cache, output.logits[:, -1].float()
     return rows
+
+
+def prefill_by_length(model, rests, prefix, shared, prefill_tokens):
+    """The KV cache and last logits of `rests`, id lists that continue `shared` tokens whose cache is `prefix`
+    (None when shared is 0), as one pass over them all, left-padded to the longest, gives them: keys and values
+    [len(rests), heads, shared + longest, width] per layer, each row's on the right; logits [len(rests), vocab].
+    They go through a few of like length at a time (sorted by length, at most `prefill_tokens` padded tokens a
+    pass), so that a short prompt is not padded to the longest: half of a frontend rollout's prefill was padding.
+    A row's numbers do not depend on its padding (test_all.py holds sampling to model.generate's tokens)."""
+    device = next(model.parameters()).device
+    order = sorted(range(len(rests)), key=lambda i: len(rests[i]))
+    passes = [[]]
+    for i in order:  # lengths grow along `order`: a pass's last row is its longest
+        if passes[-1] and (len(passes[-1]) + 1) * len(rests[i]) > prefill_tokens:
+            passes.append([])
+        passes[-1].append(i)
+    done, logits = [], [None] * len(rests)
+    for rows in passes:
+        width = len(rests[rows[-1]])
+        input_ids = torch.tensor([[0] * (width - len(rests[i])) + rests[i] for i in rows], device=device)
+        rest_mask = torch.tensor([[0] * (width - len(rests[i])) + [1] * len(rests[i]) for i in rows], device=device)
+        cache = None
+        if prefix is not None:
+            cache = copy.deepcopy(prefix)
+            cache.batch_repeat_interleave(len(rows))
+        attention_mask = torch.cat([rest_mask.new_ones(len(rows), shared), rest_mask], dim=-1)
+        positions = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
+        output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, cache=cache,
+                       use_cache=True, logits_to_keep=1)
+        done.append((rows, width, output.cache))
+        for i, row_logits in zip(rows, output.logits[:, -1]):
+            logits[i] = row_logits
+    # One cache, the prompts' rows in their order, each left-padded with zeros (masked) to the longest.
+    longest, cache = len(rests[order[-1]]), done[-1][2]  # the last pass's cache object, its states replaced
+    where = torch.tensor([i for rows, _, _ in done for i in rows], device=device).argsort()
+    for n, layer in enumerate(cache.layers):
+        for name in ("keys", "values"):
+            parts = []
+            for rows, width, pass_cache in done:
+                states = getattr(pass_cache.layers[n], name)  # [rows, heads, shared + width, size]
+                padding = states.new_zeros(*states.shape[:2], longest - width, states.shape[-1])
+                parts.append(torch.cat([states[:, :, :shared], padding, states[:, :, shared:]], dim=2))
+            setattr(layer, name, torch.cat(parts)[where])
+    return cache, torch.stack(logits)
 
 
 class ReservedLayer(DynamicLayer):

@@ -25,6 +25,12 @@ with glibc's default allocator settings. keep_freed_memory (measured within it):
 with glibc's defaults over with freed memory kept in the process (fast_sampling.keep_freed_memory, what
 load_model sets). The same tokens all three ways (the same seed, the same numbers). Target: >= 1x each.
 
+prefill_by_length: seconds of one sampled agent turn (8 tokens: the prefill is most of it) for every agent turn
+of the warm start's scripted dialogues on 30 frontend test tasks (4 turns; prompts of ~40 to ~450 tokens after
+the shared system prompt), the distinct prompts encoded all in one pass left-padded to the longest over a few
+of like length at a time (fast_sampling.prefill_by_length, what rollouts do). The same tokens both ways (the
+same seed, the same numbers). Target: >= 1.5x.
+
 prefix_no_logits (measured within critic_batching): critic training tokens/s with the shared beginning's
 forward pass asked for its last logits only (`shared_prefix_logps`: logits_to_keep=1) over the same pass
 computing the LM head at every position of it, logits that are never used. The same numbers either way.
@@ -84,8 +90,8 @@ from colbench.models import (EMBEDDED_GGUF, autocast, chat_text, compute_dtype, 
 from critic import critic_messages, sequence_logps
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: the stage scripts run from it
-RATIOS = ("rollout_batching", "rollout_all_at_once", "sampling_in_place", "rollout_vs_llamacpp", "critic_batching",
-          "critic_peak_gb", "prefix_scoring", "dpo_vs_trl", "eval_vs_inprocess")
+RATIOS = ("rollout_batching", "rollout_all_at_once", "sampling_in_place", "prefill_by_length", "rollout_vs_llamacpp",
+          "critic_batching", "critic_peak_gb", "prefix_scoring", "dpo_vs_trl", "eval_vs_inprocess")
 # sampling_in_place also gives keep_freed_memory; critic_batching, prefix_no_logits
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -376,6 +382,38 @@ def bench_sampling_in_place(tasks=30, samples=7, max_new_tokens=64):
     return {"sampling_in_place": round(concatenated_s / in_place_s, 2), "keep_freed_memory": round(in_place_s / kept_s, 2)}
 
 
+def bench_prefill_by_length(tasks=30, max_new_tokens=8):
+    """Seconds of one sampled turn for every agent turn of scripted frontend dialogues: the distinct prompts
+    prefilled all in one pass over a few of like length at a time."""
+    from colbench.data import load_tasks
+    from colbench.env import agent_messages
+    from harness.warmstart import frontend_dialogue
+    model, tokenizer = load_model(None, dtype=compute_dtype("auto")[0])  # as rollout.py's agent
+    rng, prompt_ids = random.Random(0), []
+    for task in load_tasks(os.path.join(HERE, "colbench", "tasks", "frontend_test.jsonl"))[:tasks]:
+        dialogue = frontend_dialogue(task, 0, rng, max_turns=4)["dialogue_history"]
+        for turn, message in enumerate(dialogue):
+            if message["role"] == "assistant":
+                prompt = chat_text(tokenizer, agent_messages(task, dialogue[:turn], 4), add_generation_prompt=True)
+                prompt_ids.append(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    sample_shrinking_batch(model, prompt_ids[:2], 2, 0.7, [tokenizer.eos_token_id])  # warm-up
+
+    def sampled(prefill_tokens):
+        torch.manual_seed(0)
+        rows = []
+        seconds = timed(lambda: rows.extend(sample_shrinking_batch(
+            model, prompt_ids, max_new_tokens, 0.7, [tokenizer.eos_token_id], prefill_tokens=prefill_tokens)))
+        return seconds, rows
+    one_pass_s, one_pass = sampled(None)
+    by_length_s, by_length = sampled(4096)
+    assert one_pass == by_length, "the same seed and the same numbers: the same tokens"
+    lengths = sorted(map(len, prompt_ids))
+    print(f"prefill_by_length: {len(prompt_ids)} prompts of {lengths[0]}-{lengths[-1]} tokens, {max_new_tokens} "
+          f"tokens each: one padded pass {one_pass_s:.1f} s, by length {by_length_s:.1f} s -> "
+          f"{one_pass_s / by_length_s:.2f}x")
+    return one_pass_s / by_length_s
+
+
 def easy_tasks(count):
     """The first `count` easy-tier test tasks."""
     from colbench.data import load_tasks
@@ -618,6 +656,7 @@ def main(args):
         "rollout_batching": lambda: bench_rollout_batching(*((2, 8) if quick else ())),
         "rollout_all_at_once": lambda: bench_rollout_all_at_once(*((2, 2, 2) if quick else ()), agent=args.agent),
         "sampling_in_place": lambda: bench_sampling_in_place(*((2, 2, 8) if quick else ())),
+        "prefill_by_length": lambda: round(bench_prefill_by_length(*((3, 2) if quick else ())), 2),
         "rollout_vs_llamacpp": lambda: bench_rollout_vs_llamacpp(*((2, 1, 1, 16) if quick else ())),
         "critic_batching": lambda: bench_critic_batching(*((2, 2, 10) if quick else ())),
         "critic_peak_gb": lambda: bench_critic_peak_gb(*((256,) if quick else ())),
