@@ -26,8 +26,8 @@ with glibc's defaults over with freed memory kept in the process (fast_sampling.
 load_model sets). The same tokens all three ways (the same seed, the same numbers). Target: >= 1x each.
 
 prefill_by_length: seconds of one sampled agent turn (8 tokens: the prefill is most of it) for every agent turn
-of the warm start's scripted dialogues on 30 frontend test tasks (4 turns; prompts of ~40 to ~450 tokens after
-the shared system prompt), the distinct prompts encoded all in one pass left-padded to the longest over a few
+of the warm start's scripted dialogues on 30 frontend test tasks (4 turns; 105 prompts of 155-472 tokens),
+the distinct prompts encoded all in one pass left-padded to the longest over a few
 of like length at a time (fast_sampling.prefill_by_length, what rollouts do). The same tokens both ways (the
 same seed, the same numbers). Target: >= 1.5x.
 
