@@ -57,11 +57,9 @@ def sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, end_i
                        logits_to_keep=1).cache
     # The rest of each distinct prompt, left-padded after the shared beginning; positions count real tokens.
     rests = [list(ids[shared:]) for ids in distinct]
-    longest = max(len(rest) for rest in rests)
-    rest_mask = torch.tensor([[0] * (longest - len(rest)) + [1] * len(rest) for rest in rests], device=device)
-    attention_mask = torch.cat([rest_mask.new_ones(len(rests), shared), rest_mask], dim=-1)
-    positions = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
-    cache, logits = prefill_by_length(model, rests, prefix, shared, prefill_tokens or len(rests) * longest)
+    _, attention_mask, positions = left_padded(rests, shared, device)
+    one_pass = len(rests) * max(len(rest) for rest in rests)  # padded tokens of all in one pass
+    cache, logits = prefill_by_length(model, rests, prefix, shared, prefill_tokens or one_pass)
     # Every row starts from its prompt's cache.
     if in_place:
         cache.layers = [ReservedLayer(layer, max_new_tokens) for layer in cache.layers]
@@ -112,14 +110,11 @@ def prefill_by_length(model, rests, prefix, shared, prefill_tokens):
     done, logits = [], [None] * len(rests)
     for rows in passes:
         width = len(rests[rows[-1]])
-        input_ids = torch.tensor([[0] * (width - len(rests[i])) + rests[i] for i in rows], device=device)
-        rest_mask = torch.tensor([[0] * (width - len(rests[i])) + [1] * len(rests[i]) for i in rows], device=device)
+        input_ids, attention_mask, positions = left_padded([rests[i] for i in rows], shared, device)
         cache = None
         if prefix is not None:
             cache = copy.deepcopy(prefix)
             cache.batch_repeat_interleave(len(rows))
-        attention_mask = torch.cat([rest_mask.new_ones(len(rows), shared), rest_mask], dim=-1)
-        positions = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
         output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, cache=cache,
                        use_cache=True, logits_to_keep=1)
         done.append((rows, width, output.cache))
@@ -137,6 +132,16 @@ def prefill_by_length(model, rests, prefix, shared, prefill_tokens):
                 parts.append(torch.cat([states[:, :, :shared], padding, states[:, :, shared:]], dim=2))
             setattr(layer, name, torch.cat(parts)[where])
     return cache, torch.stack(logits)
+
+
+def left_padded(rests, shared, device):
+    """(input ids, attention mask, positions) of id lists `rests` that continue `shared` cached tokens, each
+    left-padded to the longest; positions count real tokens."""
+    longest = max(len(rest) for rest in rests)
+    input_ids = torch.tensor([[0] * (longest - len(rest)) + rest for rest in rests], device=device)
+    rest_mask = torch.tensor([[0] * (longest - len(rest)) + [1] * len(rest) for rest in rests], device=device)
+    attention_mask = torch.cat([rest_mask.new_ones(len(rests), shared), rest_mask], dim=-1)
+    return input_ids, attention_mask, shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
 
 
 class ReservedLayer(DynamicLayer):
