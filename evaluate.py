@@ -37,30 +37,27 @@ CATEGORIES = ("syntax error", "exception", "timeout", "wrong output", "out of me
               "banned substring")
 BROKEN = "broken test"  # in test_results: the reference gave nothing to compare with
 
-
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("trajectories",
-                        help="trajectory JSONL (project schema or official offline file)")
-    parser.add_argument("--out", help="scored JSONL (default: runs/<stem>.scored.jsonl)")
-    parser.add_argument("--workers", type=positive_int, default=len(os.sched_getaffinity(0)),
-                        help="sandboxes running side by side (default: number of cores)")
-    parser.add_argument("--timeout", type=positive_float, default=1.0,
-                        help="seconds per test call, wall clock, as in the official evaluator")
-    parser.add_argument("--summary-json", help="also write the summary metrics to this file")
-    parser.add_argument("--official-scoring", action="store_true",
-                        help="backend: the official evaluator's rules (first code block, code run "
-                             "inside a function, banned substrings score 0), still in the sandbox")
-    parser.add_argument("--keep-rewards", action="store_true",
-                        help="keep a `reward` already in the input instead of re-scoring that line")
-    parser.add_argument("--clip",
-                        help="frontend: score pages by this CLIP checkpoint (a folder with the "
-                             "model and its image processor, or a hub id: the paper's is "
-                             f"{frontend.DEFAULT_CLIP}); "
-                             "without it, by the screenshots' edges and colors (edge-color)")
-    parser.add_argument("--against",
-                        help="another scored JSONL: print the win rate per task both files hold")
-    return parser.parse_args(argv)
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("trajectories",
+                    help="trajectory JSONL (project schema or official offline file)")
+parser.add_argument("--out", help="scored JSONL (default: runs/<stem>.scored.jsonl)")
+parser.add_argument("--workers", type=positive_int, default=len(os.sched_getaffinity(0)),
+                    help="sandboxes running side by side (default: number of cores)")
+parser.add_argument("--timeout", type=positive_float, default=1.0,
+                    help="seconds per test call, wall clock, as in the official evaluator")
+parser.add_argument("--summary-json", help="also write the summary metrics to this file")
+parser.add_argument("--official-scoring", action="store_true",
+                    help="backend: the official evaluator's rules (first code block, code run "
+                         "inside a function, banned substrings score 0), still in the sandbox")
+parser.add_argument("--keep-rewards", action="store_true",
+                    help="keep a `reward` already in the input instead of re-scoring that line")
+parser.add_argument("--clip",
+                    help="frontend: score pages by this CLIP checkpoint (a folder with the "
+                         "model and its image processor, or a hub id: the paper's is "
+                         f"{frontend.DEFAULT_CLIP}); "
+                         "without it, by the screenshots' edges and colors (edge-color)")
+parser.add_argument("--against",
+                    help="another scored JSONL: print the win rate per task both files hold")
 
 
 # --- code extraction -----------------------------------------------------------------------------
@@ -426,8 +423,7 @@ def print_backend(summary):
               + ")")
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def main(args):
     out = args.out or default_output(args.trajectories, ".scored.jsonl")
     print("evaluate.py", json.dumps(vars(args)))
     print(f"output: {out}" + (f", summary: {args.summary_json}" if args.summary_json else ""))
@@ -473,4 +469,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    main(parser.parse_args())
