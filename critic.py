@@ -416,7 +416,7 @@ def main(args):
     autocast_dtype, why = compute_dtype(args.dtype)
     describe_dtype("critic", autocast_dtype, why)
     base_model = resolve_model(args.model)
-    model, tokenizer = load_model(base_model, trainable=True)
+    model, tokenizer = load_model(base_model, trainable=True, keep_freed=args.fast)
     views = critic_views(tokenizer, used, not args.no_solution, args.max_length, args.page_facts)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from colbench import distributed
-from colbench.cli import (at_least, fail, fraction, non_negative_float, non_negative_int,
+from colbench.cli import (at_least, fail, fraction, is_url, non_negative_float, non_negative_int,
                           positive_float, positive_int, require_server, server_url,
                           trajectories_or_fail)
 from colbench.data import (DataError, default_output, finish_folder, grouped, partial_folder, read_jsonl,
@@ -81,7 +81,8 @@ parser.add_argument("--dtype", default="auto", choices=DTYPES,
 parser.add_argument("--seed", type=non_negative_int, default=0,
                     help="seed for subsetting, sampling, pairing and shuffling")
 scale = parser.add_argument_group("scale (docs/SCALING.md)")
-scale.add_argument("--fast", action="store_true", help="the fast log-probs, same numbers (colbench/fast_logps.py)")
+scale.add_argument("--fast", action="store_true", help="the fast log-probs, same numbers (colbench/fast_logps.py), "
+                   "and the fast sampling, another random stream (colbench/fast_sampling.py)")
 scale.add_argument("--sample-batch-size", type=positive_int, default=16,
                    help="sequences per batched generate call")
 scale.add_argument("--sampler", type=server_url,
@@ -95,12 +96,12 @@ scale.add_argument("--fsdp", action="store_true",
 
 # ---------------------------------------------------------------- phase 1: sampling
 
-def sample(states, model_name, sampler, n, max_new_tokens, temperature, batch_size, dtype):
-    """n replies at each state from the starting policy, here or on a `sampler` server, under the
-    prompt the agent saw there."""
+def sample(states, starting_policy, n, max_new_tokens, temperature, batch_size, dtype, shrinking_batch):
+    """n replies at each state from the starting policy (a model's name, or the URL of a server serving
+    it), under the prompt the agent saw there; here the plain way, or the shrinking batch (--fast)."""
     conversations = [agent_messages(t["task"], history, turn_budget(t)) for t, _, history in states]
-    if sampler:
-        server, candidates = EndpointChat(sampler), []
+    if is_url(starting_policy):
+        server, candidates = EndpointChat(starting_policy), []
         with tqdm(total=len(conversations), desc="sampling (server)", unit="state") as bar:
             step = 4 * server.concurrency  # conversations in flight at once
             for start in range(0, len(conversations), step):
@@ -109,11 +110,11 @@ def sample(states, model_name, sampler, n, max_new_tokens, temperature, batch_si
                                server.sample(chunk, n, max_new_tokens, temperature)]
                 bar.update(len(chunk))
         return candidates
-    model, tokenizer = load_model(model_name, dtype=dtype)
+    model, tokenizer = load_model(starting_policy, dtype=dtype, keep_freed=shrinking_batch)
     prompts = [chat_text(tokenizer, messages, add_generation_prompt=True)
                for messages in conversations]
     candidates = sample_candidates(model, tokenizer, prompts, n, max_new_tokens, temperature,
-                                   batch_size)
+                                   batch_size, shrinking_batch)
     del model
     gc.collect()
     return candidates
@@ -354,8 +355,8 @@ def main(args):
     if sampled:
         candidates = [sampled[state_key(state)] for state in mine]
     else:
-        candidates = sample(mine, args.model, args.sampler, args.candidates, args.max_new_tokens,
-                            args.temperature, args.sample_batch_size, autocast_dtype)
+        candidates = sample(mine, args.sampler or args.model, args.candidates, args.max_new_tokens, args.temperature,
+                            args.sample_batch_size, autocast_dtype, shrinking_batch=args.fast)  # --fast: fast sampling
     ranked = rank(mine, candidates, critic_dir, args.pairs_per_turn, args.seed, rng, autocast_dtype, logps_fn)
     candidate_rows, pair_rows = map(distributed.gather, ranked)  # torchrun: every process's
     print(f"{len(pair_rows)} pairs from {len(states)} turn states of {len(trajectories)} trajectories")
@@ -366,7 +367,7 @@ def main(args):
         write_ranking(folder, vars(args), candidate_rows, pair_rows)
 
     # Phase 3: DPO + NLL from the starting policy, fp32 master weights (bf16 rounds updates away).
-    model, tokenizer = load_model(args.model, trainable=True)
+    model, tokenizer = load_model(args.model, trainable=True, keep_freed=args.fast)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     # torchrun: DDP replicas, or with --fsdp `model` itself sharded (before π_ref, which FSDP then

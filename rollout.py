@@ -56,6 +56,9 @@ parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="a local agent's precision; auto: bf16 where the hardware computes it "
                          "natively, else fp32")
 parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for sampling")
+parser.add_argument("--fast", action="store_true",
+                    help="a local agent samples the fast way (colbench/fast_sampling.py): a batch that "
+                         "shrinks as replies end; the same distribution, another random stream")
 
 
 def made_another_way(path, made):
@@ -106,7 +109,7 @@ def main(args):
         except ValueError as e:  # tasks of the kind it does not play
             fail(e)
     else:
-        agent = open_chat(args.agent, dtype=args.dtype)
+        agent = open_chat(args.agent, dtype=args.dtype, shrinking_batch=args.fast)  # --fast: the shrinking batch
     simulator = make_simulator(args.simulator)
 
     finished, tokens, start = [], 0, time.time()

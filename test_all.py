@@ -2074,6 +2074,35 @@ def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_f
     result = run_script("policy.py", scored_file, "--critic", critic_dir, "--model", tiny_model,
                         "--sampler", stub_server, "--candidates", "3", "--pairs-per-turn", "2", "--max-new-tokens", "8",
                         "--out", out)
+@pytest.mark.parametrize("fast", [False, True])
+def test_rollout_and_policy_sample_by_default_with_sample_plain(tmp_path, scored_file, tiny_model, monkeypatch, fast):
+    """A default run of rollout.py and of policy.py samples by colbench/models.py's sample_plain (transformers'
+    model.generate), with glibc's memory settings; --fast switches in sample_shrinking_batch and freed memory kept."""
+    import colbench.models
+    import policy
+    import rollout
+    calls = []
+
+    def spy(name, function):
+        def recorded(*args, **kwargs):
+            calls.append(name)
+            return function(*args, **kwargs)
+        return recorded
+    for name in ("sample_plain", "sample_shrinking_batch"):
+        monkeypatch.setattr(colbench.models, name, spy(name, getattr(colbench.models, name)))
+    monkeypatch.setattr(colbench.models, "keep_freed_memory", spy("keep_freed_memory", lambda: None))
+    expected = {"sample_shrinking_batch", "keep_freed_memory"} if fast else {"sample_plain"}
+    switch = ["--fast"] if fast else []
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK])
+    rollout.main(rollout.parser.parse_args([tasks, "--agent", tiny_model, "--samples", "2", "--max-turns", "1",
+                                            "--max-new-tokens", "4", "--out", str(tmp_path / "t.jsonl"), *switch]))
+    assert set(calls) == expected
+    calls.clear()
+    policy.main(policy.parser.parse_args([scored_file, "--critic", "random", "--model", tiny_model, "--candidates", "2",
+                                          "--max-new-tokens", "4", "--out", str(tmp_path / "policy"), *switch]))
+    assert set(calls) == expected
+
+
     assert "from 6 turn states" in result.stdout and "done:" in result.stdout
     asked = StubOpenAI.requests_seen
     assert len(asked) == 6 * 3 and sum(body.get("n") == 3 for body in asked) == 6
@@ -2656,7 +2685,7 @@ def test_critic_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_m
 
 def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scored_file, critic_dir, tiny_model):
     common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
-              "--batch-size", "3"]  # 3 pairs a step: one rank also runs a padding pass
+              "--batch-size", "3", "--fast"]  # 3 pairs a step: one rank also runs a padding pass
     run_script("-m", "harness.baselines", *common, "--out", str(tmp_path / "one"))
     result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "harness.baselines",
                         *common, "--out", str(tmp_path / "two"))
@@ -2676,7 +2705,7 @@ def test_policy_under_torchrun_with_2_processes_matches_1_process(tmp_path, scor
 def test_policy_under_torchrun_with_fsdp_matches_1_process_and_saves_the_whole_model(tmp_path, scored_file, tiny_model):
     common = [scored_file, "--method", "mt-dpo", "--model", tiny_model, "--lr", "1e-3", "--epochs", "3",
               "--batch-size", "3", "--dtype", "fp32"]  # 3 pairs a step: one rank also runs a padding pass
-    run_script("-m", "harness.baselines", *common, "--out", str(tmp_path / "one"))
+    run_script("-m", "harness.baselines", *common, "--fast", "--out", str(tmp_path / "one"))
     result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "harness.baselines",
                         *common, "--fsdp", "--gradient-checkpointing", "--out", str(tmp_path / "fsdp"))
     assert result.stdout.count("done:") == 1

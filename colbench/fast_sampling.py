@@ -5,7 +5,7 @@ sample_shrinking_batch  a shared beginning encoded once, each distinct prompt on
 prefill_by_length       the distinct prompts encoded a few of like length at a time, not all padded to the longest
 ReservedLayer           a KV-cache layer that writes each step's keys and values into room reserved for
                         them, instead of transformers' torch.cat of the whole cache
-keep_freed_memory       freed memory kept in the process for the next large block (load_model sets it)
+keep_freed_memory       freed memory kept in the process for the next large block (load_model sets it under --fast)
 """
 import copy
 import ctypes

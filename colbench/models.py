@@ -4,7 +4,7 @@ One definition each of: where the embedded model lives, how a model is loaded, h
 become a prompt (the tokenizer's own chat template) and its tokens (the agent turns' spans located),
 how a batch is sampled. Every stage imports these. The log-probs of a sequence are critic.py's
 `sequence_logps`. Sampling the fast way is named apart: colbench/fast_sampling.py (a batch that
-shrinks as replies end, which `generate` runs by default).
+shrinks as replies end, which `generate` runs under a stage's --fast).
 """
 import concurrent.futures
 import importlib.util
@@ -100,12 +100,14 @@ def autocast(device, dtype):
     return torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
 
 
-def load_model(name=None, trainable=False, device=None, dtype=None):
+def load_model(name=None, trainable=False, device=None, dtype=None, keep_freed=False):
     """(model, tokenizer) for a causal LM; frozen unless `trainable`. Default dtype: fp32 for a model
     to train (master weights; the forward passes autocast to bf16 where chosen) and on CPU, bf16 for a
-    frozen model on CUDA. Freed memory is kept from here on (keep_freed_memory)."""
+    frozen model on CUDA. keep_freed (a stage's --fast): freed memory is kept in the process from here on
+    (colbench/fast_sampling.py keep_freed_memory)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    keep_freed_memory()
+    if keep_freed:
+        keep_freed_memory()
     path = resolve_model(name)
     device = device or default_device()
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -218,34 +220,38 @@ class Reply:
 class LocalChat:
     """A Hugging Face causal LM answering batches of conversations with one `generate` call.
 
-    Weights in `dtype` ('auto': bf16 where the hardware computes it natively, else fp32)."""
+    Weights in `dtype` ('auto': bf16 where the hardware computes it natively, else fp32). Sampling by
+    `generate`: the plain way, or with shrinking_batch (rollout.py --fast) the fast way, freed memory kept."""
 
-    def __init__(self, name=None, device=None, dtype="auto"):
+    def __init__(self, name=None, device=None, dtype="auto", shrinking_batch=False):
         self.name = name or EMBEDDED
         self.dtype, why = compute_dtype(dtype, device)
         describe_dtype(f"model {self.name}", self.dtype, why)
-        self.model, self.tokenizer = load_model(name, device=device, dtype=self.dtype)
+        self.model, self.tokenizer = load_model(name, device=device, dtype=self.dtype, keep_freed=shrinking_batch)
+        self.shrinking_batch = shrinking_batch
 
     @torch.no_grad()
     def chat(self, conversations, max_new_tokens=256, temperature=1.0):
         prompts = [chat_text(self.tokenizer, messages, add_generation_prompt=True) for messages in conversations]
-        texts, counts = generate(self.model, self.tokenizer, prompts, max_new_tokens, temperature)
+        texts, counts = generate(self.model, self.tokenizer, prompts, max_new_tokens, temperature, self.shrinking_batch)
         return [Reply(text, prompt, n) for text, prompt, n in zip(texts, prompts, counts)]
 
 
-def generate(model, tokenizer, prompts, max_new_tokens, temperature, shrinking_batch=True):
+def generate(model, tokenizer, prompts, max_new_tokens, temperature, shrinking_batch=False):
     """Batched sampling (greedy at temperature 0, else plain sampling: top_p 1, top_k 0) -> (texts,
-    generated token counts). Runs `sample_shrinking_batch`, where a shared beginning is encoded once and
-    a finished reply stops costing compute; shrinking_batch=False runs `sample_plain` (transformers'
-    `model.generate` on a left-padded batch), the definition the fast path is tested against."""
+    generated token counts). Runs `sample_plain` (transformers' `model.generate` on a left-padded batch),
+    the definition; shrinking_batch=True (a stage's --fast) runs `sample_shrinking_batch`
+    (colbench/fast_sampling.py), where a shared beginning is encoded once and a finished reply stops costing
+    compute: under greedy decoding the same tokens (a test holds them equal), sampled from the same
+    distribution by another random stream."""
     end_ids = end_of_turn_ids(model, tokenizer)
-    if shrinking_batch:
-        prompt_ids = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
-        rows = sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, end_ids)
-    else:
+    if not shrinking_batch:
         tokenizer.padding_side = "left"
         batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
         rows = sample_plain(model, batch["input_ids"], batch["attention_mask"], max_new_tokens, temperature, end_ids)
+    else:
+        prompt_ids = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt in prompts]
+        rows = sample_shrinking_batch(model, prompt_ids, max_new_tokens, temperature, end_ids)
     return [tokenizer.decode(row, skip_special_tokens=True).strip() for row in rows], [len(row) for row in rows]
 
 
@@ -258,16 +264,16 @@ def end_of_turn_ids(model, tokenizer):
 
 
 @torch.no_grad()
-def sample_candidates(model, tokenizer, prompts, n, max_new_tokens, temperature, batch_size):
+def sample_candidates(model, tokenizer, prompts, n, max_new_tokens, temperature, batch_size, shrinking_batch=False):
     """n sampled replies for each prompt (policy.py's candidates, the judge's); prompts of similar length
-    share a batched generate call of about `batch_size` sequences."""
+    share a batched generate call of about `batch_size` sequences (`generate`: plain, or the shrinking batch)."""
     candidates = [None] * len(prompts)
     by_length = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     step = max(1, batch_size // n)
     with tqdm(total=len(prompts), desc="sampling", unit="state") as bar:
         for chunk in (by_length[i:i + step] for i in range(0, len(by_length), step)):
             texts, _ = generate(model, tokenizer, [prompts[i] for i in chunk for _ in range(n)], max_new_tokens,
-                                temperature)
+                                temperature, shrinking_batch)
             for k, i in enumerate(chunk):
                 candidates[i] = texts[k * n:(k + 1) * n]
             bar.update(len(chunk))
@@ -366,8 +372,8 @@ class EndpointChat:
         return len(self._encoding.encode(text, disallowed_special=()))
 
 
-def open_chat(name_or_url, device=None, dtype="auto"):
+def open_chat(name_or_url, device=None, dtype="auto", shrinking_batch=False):
     """A URL -> EndpointChat; anything else (a folder, a hub id, 'embedded', None) -> LocalChat."""
     if name_or_url and name_or_url.startswith(("http://", "https://")):
         return EndpointChat(name_or_url)
-    return LocalChat(name_or_url, device=device, dtype=dtype)
+    return LocalChat(name_or_url, device=device, dtype=dtype, shrinking_batch=shrinking_batch)

@@ -57,6 +57,7 @@ parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="training forward passes; auto: bf16 where the hardware computes it natively")
 parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for subsetting and shuffling")
 scale = parser.add_argument_group("scale (docs/SCALING.md)")
+scale.add_argument("--fast", action="store_true", help="the fast log-probs, same numbers (colbench/fast_logps.py)")
 scale.add_argument("--gradient-checkpointing", action="store_true",
                    help="recompute activations in the backward pass to save memory")
 scale.add_argument("--fsdp", action="store_true",
@@ -156,6 +157,8 @@ def train(model, examples, reference, loss_of, rng, log_path, dtype, epochs, bat
 
 
 def main(args):
+    if args.fast and (args.fsdp or args.gradient_checkpointing):  # neither backpropagates into a shared KV cache
+        parser.error("--fast cannot be used with --fsdp or --gradient-checkpointing")
     distributed.init()  # torchrun: join the process group; a plain run is the only process
     out = args.out or default_output(args.scored, "." + args.method)
     print(f"baselines ({args.method}):", json.dumps(vars(args)), f"-> {out}/", flush=True)
@@ -184,13 +187,11 @@ def main(args):
             json.dump(vars(args), f, indent=2)
         write_jsonl(os.path.join(folder, data_file), rows)
 
-    model, tokenizer = load_model(args.model, trainable=True)  # fp32 master weights
+    model, tokenizer = load_model(args.model, trainable=True, keep_freed=args.fast)  # fp32 master weights
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     trained = distributed.wrap(model, args.fsdp, dtype)  # torchrun: DDP replicas or FSDP2 shards; else `model`
-    # The fast log-probs (colbench/fast_logps.py) unless FSDP or checkpointing, neither of which backpropagates
-    # into its shared KV cache.
-    logps_fn = sequence_logps if args.fsdp or args.gradient_checkpointing else shared_prefix_logps
+    logps_fn = shared_prefix_logps if args.fast else sequence_logps  # --fast: the named fast path
     by_key = {(t["task_id"], t["sample_idx"]): t for t in trajectories}
     started = time.time()
     if args.method == "mt-dpo":  # each side: its trajectory's agent turns, under the prompt the agent saw

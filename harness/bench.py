@@ -313,7 +313,7 @@ def bench_rollout_batching(dialogues=8, max_new_tokens=64):
     from colbench.data import load_tasks
     from colbench.env import Episode
     from colbench.models import LocalChat
-    agent = LocalChat()
+    agent = LocalChat(shrinking_batch=True)  # as rollout.py --fast
     tasks = load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_test.jsonl"))[:dialogues]
     views = [Episode(task, 0, max_turns=10).agent_view() for task in tasks]
     agent.chat(views[:1], max_new_tokens=4)  # warm-up
@@ -343,7 +343,7 @@ def bench_rollout_all_at_once(tasks=30, samples=7, small_batch=64, agent=None):
             start = time.monotonic()
             subprocess.run([sys.executable, os.path.join(HERE, "rollout.py"), task_file, "--samples", str(samples),
                             "--max-turns", "3", "--max-new-tokens", "64", "--temperature", "0.7", "--batch-size",
-                            str(batch), "--out", os.path.join(tmp, f"b{batch}.jsonl"),
+                            str(batch), "--fast", "--out", os.path.join(tmp, f"b{batch}.jsonl"),
                             *(["--agent", agent] if agent else [])],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             seconds[batch] = time.monotonic() - start
@@ -388,7 +388,7 @@ def bench_prefill_by_length(tasks=30, max_new_tokens=8):
     from colbench.data import load_tasks
     from colbench.env import agent_messages
     from harness.warmstart import frontend_dialogue
-    model, tokenizer = load_model(None, dtype=compute_dtype("auto")[0])  # as rollout.py's agent
+    model, tokenizer = load_model(None, dtype=compute_dtype("auto")[0], keep_freed=True)  # as rollout.py --fast's agent
     rng, prompt_ids = random.Random(0), []
     for task in load_tasks(os.path.join(HERE, "colbench", "tasks", "frontend_test.jsonl"))[:tasks]:
         dialogue = frontend_dialogue(task, 0, rng, max_turns=4)["dialogue_history"]
@@ -463,7 +463,7 @@ def bench_rollout_vs_llamacpp(tasks=16, samples=2, max_turns=2, max_new_tokens=6
             start = time.monotonic()
             subprocess.run([sys.executable, os.path.join(HERE, "rollout.py"), task_file, "--agent", agent, "--out", out,
                             "--samples", str(samples), "--max-turns", str(max_turns),
-                            "--max-new-tokens", str(max_new_tokens), "--seed", "0"],
+                            "--max-new-tokens", str(max_new_tokens), "--seed", "0", "--fast"],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             return time.monotonic() - start, agent_tokens(tokenizer, out)
 

@@ -158,10 +158,10 @@ def shared_steps(run, s, critics, kind="backend"):
               done_when=run.path("warmstart.traj.jsonl"))
     run.stage("warm start", "-m", "harness.baselines", run.path("warmstart.traj.jsonl"), "--method", "sft",
               *differing("harness.baselines", model=s["model"], lr=s["warm_lr"],
-                         batch_size=s["warm_batch_size"]), "--out", run.path("warm"), done_when=run.path("warm"))
+                         batch_size=s["warm_batch_size"], fast=True), "--out", run.path("warm"), done_when=run.path("warm"))
     run.stage("offline rollouts", "rollout.py", run.path("train_tasks.jsonl"), "--agent", run.path("warm"),
               *differing("rollout.py", samples=s["samples"], max_turns=s["max_turns"], **sampling(s),
-                         batch_size=s["batch_size"]),
+                         batch_size=s["batch_size"], fast=True),
               "--out", run.path("train.traj.jsonl"), done_when=run.path("train.scored.jsonl"))
     run.stage("offline scoring", "evaluate.py", run.path("train.traj.jsonl"), "--out", run.path("train.scored.jsonl"),
               "--summary-json", run.path("train.summary.json"), done_when=run.path("train.scored.jsonl"))
@@ -185,7 +185,8 @@ def train_agent(run, s, agent, folder, fraction, critic=None, sampled=None):
                   lr_schedule=s["lr_schedule"])
     if agent in BASELINES:
         run.stage(agent, "-m", "harness.baselines", run.path("train.scored.jsonl"), "--method", agent, "--model",
-                  run.path("warm"), *differing("harness.baselines", **common), "--out", folder, done_when=folder)
+                  run.path("warm"), *differing("harness.baselines", fast=True, **common), "--out", folder,
+                  done_when=folder)
         return
     run.stage(agent, "policy.py", run.path("train.scored.jsonl"), "--critic", critic, "--model", run.path("warm"),
               *(["--sampled", sampled] if sampled else []),
@@ -197,7 +198,7 @@ def play(run, s, agent, policy, tasks, samples, name):
     """`policy` on the held-out `tasks`, scored: name.scored.jsonl and name.summary.json."""
     run.stage(f"{name} rollouts", "rollout.py", tasks, "--agent", policy,
               *differing("rollout.py", samples=samples, max_turns=s["max_turns"], **sampling(s),
-                         batch_size=s["batch_size"]), "--out", run.path(f"{name}.traj.jsonl"),
+                         batch_size=s["batch_size"], fast=True), "--out", run.path(f"{name}.traj.jsonl"),
               done_when=run.path(f"{name}.summary.json"))
     run.stage(f"{name} scoring", "evaluate.py", run.path(f"{name}.traj.jsonl"), "--out",
               run.path(f"{name}.scored.jsonl"), "--summary-json", run.path(f"{name}.summary.json"),

@@ -82,11 +82,11 @@ def main(args):
         held_out = set(json.load(f)["eval_task_ids"])
     states = [s for s in turn_states(trajectories) if s[0]["task_id"] in held_out]
     states = rng.sample(states, min(args.max_states, len(states)))
-    model, tokenizer = load_model(args.model, dtype=dtype)
+    model, tokenizer = load_model(args.model, dtype=dtype, keep_freed=True)  # the fast sampling, as policy.py --fast
     prompts = [chat_text(tokenizer, agent_messages(t["task"], history, turn_budget(t)), add_generation_prompt=True)
                for t, _, history in states]
     sampled = sample_candidates(model, tokenizer, prompts, args.candidates, args.max_new_tokens, args.temperature,
-                                args.sample_batch_size)
+                                args.sample_batch_size, shrinking_batch=True)
     del model
 
     # Final answers only, then their tests, run by evaluate.py in its sandbox.
