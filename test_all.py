@@ -2023,6 +2023,35 @@ def test_critic_and_policy_run_by_default_the_sequence_logps_they_show(tmp_path,
             stage.main(stage.parser.parse_args([data, "--fast", "--gradient-checkpointing"]))
 
 
+@pytest.mark.parametrize("fast", [False, True])
+def test_rollout_and_policy_sample_by_default_with_sample_plain(tmp_path, scored_file, tiny_model, monkeypatch, fast):
+    """A default run of rollout.py and of policy.py samples by colbench/models.py's sample_plain (transformers'
+    model.generate), with glibc's memory settings; --fast switches in sample_shrinking_batch and freed memory kept."""
+    import colbench.models
+    import policy
+    import rollout
+    calls = []
+
+    def spy(name, function):
+        def recorded(*args, **kwargs):
+            calls.append(name)
+            return function(*args, **kwargs)
+        return recorded
+    for name in ("sample_plain", "sample_shrinking_batch"):
+        monkeypatch.setattr(colbench.models, name, spy(name, getattr(colbench.models, name)))
+    monkeypatch.setattr(colbench.models, "keep_freed_memory", spy("keep_freed_memory", lambda: None))
+    expected = {"sample_shrinking_batch", "keep_freed_memory"} if fast else {"sample_plain"}
+    switch = ["--fast"] if fast else []
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK])
+    rollout.main(rollout.parser.parse_args([tasks, "--agent", tiny_model, "--samples", "2", "--max-turns", "1",
+                                            "--max-new-tokens", "4", "--out", str(tmp_path / "t.jsonl"), *switch]))
+    assert set(calls) == expected
+    calls.clear()
+    policy.main(policy.parser.parse_args([scored_file, "--critic", "random", "--model", tiny_model, "--candidates", "2",
+                                          "--max-new-tokens", "4", "--out", str(tmp_path / "policy"), *switch]))
+    assert set(calls) == expected
+
+
 def rollout_runs(policy_dir, tmp_path):
     tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK])
     result = run_script("rollout.py", tasks, "--agent", policy_dir, "--samples", "1", "--max-turns", "1",
@@ -2074,35 +2103,6 @@ def test_policy_sweet_samples_the_candidates_through_a_server(tmp_path, scored_f
     result = run_script("policy.py", scored_file, "--critic", critic_dir, "--model", tiny_model,
                         "--sampler", stub_server, "--candidates", "3", "--pairs-per-turn", "2", "--max-new-tokens", "8",
                         "--out", out)
-@pytest.mark.parametrize("fast", [False, True])
-def test_rollout_and_policy_sample_by_default_with_sample_plain(tmp_path, scored_file, tiny_model, monkeypatch, fast):
-    """A default run of rollout.py and of policy.py samples by colbench/models.py's sample_plain (transformers'
-    model.generate), with glibc's memory settings; --fast switches in sample_shrinking_batch and freed memory kept."""
-    import colbench.models
-    import policy
-    import rollout
-    calls = []
-
-    def spy(name, function):
-        def recorded(*args, **kwargs):
-            calls.append(name)
-            return function(*args, **kwargs)
-        return recorded
-    for name in ("sample_plain", "sample_shrinking_batch"):
-        monkeypatch.setattr(colbench.models, name, spy(name, getattr(colbench.models, name)))
-    monkeypatch.setattr(colbench.models, "keep_freed_memory", spy("keep_freed_memory", lambda: None))
-    expected = {"sample_shrinking_batch", "keep_freed_memory"} if fast else {"sample_plain"}
-    switch = ["--fast"] if fast else []
-    tasks = write_jsonl(tmp_path / "tasks.jsonl", [TIP_TASK])
-    rollout.main(rollout.parser.parse_args([tasks, "--agent", tiny_model, "--samples", "2", "--max-turns", "1",
-                                            "--max-new-tokens", "4", "--out", str(tmp_path / "t.jsonl"), *switch]))
-    assert set(calls) == expected
-    calls.clear()
-    policy.main(policy.parser.parse_args([scored_file, "--critic", "random", "--model", tiny_model, "--candidates", "2",
-                                          "--max-new-tokens", "4", "--out", str(tmp_path / "policy"), *switch]))
-    assert set(calls) == expected
-
-
     assert "from 6 turn states" in result.stdout and "done:" in result.stdout
     asked = StubOpenAI.requests_seen
     assert len(asked) == 6 * 3 and sum(body.get("n") == 3 for body in asked) == 6
