@@ -334,6 +334,22 @@ def test_tasks_regeneration_is_byte_identical(tmp_path):
             assert shipped.read() == fresh.read(), name
 
 
+def test_a_family_added_to_FAMILIES_leaves_every_shipped_task_as_it_was(monkeypatch):
+    """README's "Adapt it": a new family's tasks come after the shipped ones, whose ids and bytes stay the same."""
+    from colbench.tasks import backend
+
+    def tip_again(rng):  # a family of another name: its own generator, so its own draws
+        return backend.tip(rng)
+    monkeypatch.setattr(backend, "FAMILIES", [*backend.FAMILIES, backend.family(tip_again, "easy")])
+    grown = backend.generate()
+    for name, split in zip(("train", "test", "valid"), grown):
+        shipped = load_tasks(os.path.join(TASKS_DIR, f"backend_{name}.jsonl"))
+        assert split[:len(shipped)] == shipped, name
+        added = split[len(shipped):]
+        assert {t["family"] for t in added} == {"tip_again"} and len(added) == {
+            "train": backend.TRAIN_PER_FAMILY, "test": backend.TEST_PER_SHARED, "valid": backend.VALID_PER_SHARED}[name]
+
+
 def easy_tasks(*names):
     return [t for name in names for t in load_tasks(os.path.join(TASKS_DIR, f"backend_{name}.jsonl"))
             if t["tier"] == "easy"]
@@ -374,7 +390,7 @@ def test_scripted_agents_through_rollout_a_fixed_script_learns_nothing_asking_by
     run_script("rollout.py", tasks, "--agent", agent, "--samples", "1", "--max-turns", "3", "--out", str(out))
     trajectories = load_trajectories(str(out))
     everything = [len(facts_told(t["task"], t["dialogue_history"])) == 2 for t in trajectories]
-    assert len(trajectories) == 30 and sum(everything) / len(everything) == told
+    assert len(trajectories) == len(easy_tasks("test")) and sum(everything) / len(everything) == told
     assert all(t["rollout"]["agent"] == agent and t["max_turns"] == 3 for t in trajectories)
     result = run_script("rollout.py", tasks, "--agent", agent, "--samples", "1", "--max-turns", "4", "--out", str(out),
                         check=False)
@@ -2809,7 +2825,11 @@ def test_demo_keeps_warm_start_rl_validation_and_test_tasks_apart(tmp_path):
     assert all(not solutions[a] & solutions[b] for a in solutions for b in solutions if a < b)  # no task twice
     assert set(Counter(t["family"] for t in files["valid"]).values()) == {2}  # each easy training family twice
     assert {t["family"] for t in files["valid"]} == {t["family"] for t in files["warm"]}
-    assert (len(files["warm"]), len(files["train"]), len(files["test"])) == (90, SETTINGS["rl_tasks"], 30)
+    ids = {name: [t["task_id"] for t in tasks] for name, tasks in files.items()}
+    training = [t["task_id"] for t in easy_tasks("train")]  # a third for the RL data, the first rl_tasks of it
+    assert ids["train"] == training[::3][:SETTINGS["rl_tasks"]] and len(ids["train"]) == SETTINGS["rl_tasks"]
+    assert ids["warm"] == [task_id for i, task_id in enumerate(training) if i % 3]  # the rest: the warm start
+    assert ids["test"] == [t["task_id"] for t in easy_tasks("test")]  # every easy test task
     assert all(t["tier"] == "easy" for tasks in files.values() for t in tasks)
 
 
