@@ -2975,6 +2975,67 @@ def test_docs_point_at_the_definitions_they_name(document, at_least):
             assert re.search(definition, f.read(), re.MULTILINE), f"{path} {name}"
 
 
+# The sizes the project promises (docs: STYLE's "caps are tests"): a stage a student reads in one sitting, a README
+# that stays a guide, a RESULTS page that reports what stands (the history of runs goes to docs/NOTEBOOK.md).
+STAGES = ("critic.py", "policy.py", "rollout.py", "evaluate.py")
+LINE_CAPS = {"critic.py": 480, "policy.py": 450, "README.md": 350, "docs/RESULTS.md": 300}
+DOCSTRING_CAP = 15  # lines of a stage's opening docstring, its quotes included
+FUNCTION_LINES_CAP = 60  # lines of any function of a stage, its def line to its last
+FUNCTION_PARAMETERS_CAP = 8  # parameters of any function of a stage, *args and **kwargs included
+
+
+def size_violations(root):
+    """Every cap crossed in the checkout at `root`: one line each, naming the file, the count and the cap."""
+    crossed = []
+    for name, cap in LINE_CAPS.items():
+        with open(os.path.join(root, name), encoding="utf-8") as f:
+            lines = len(f.read().splitlines())
+        if lines > cap:
+            crossed.append(f"{name}: {lines} lines, cap {cap}")
+    for name in STAGES:
+        with open(os.path.join(root, name), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        opening = tree.body[0]
+        docstring = opening.end_lineno - opening.lineno + 1 if ast.get_docstring(tree) is not None else 0
+        if docstring > DOCSTRING_CAP:
+            crossed.append(f"{name}: opening docstring of {docstring} lines, cap {DOCSTRING_CAP}")
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                arguments = node.args
+                parameters = (len(arguments.posonlyargs) + len(arguments.args) + len(arguments.kwonlyargs)
+                              + (arguments.vararg is not None) + (arguments.kwarg is not None))
+                lines = node.end_lineno - node.lineno + 1
+                if lines > FUNCTION_LINES_CAP:
+                    crossed.append(f"{name} {node.name}: {lines} lines, cap {FUNCTION_LINES_CAP}")
+                if parameters > FUNCTION_PARAMETERS_CAP:
+                    crossed.append(f"{name} {node.name}: {parameters} parameters, cap {FUNCTION_PARAMETERS_CAP}")
+    return crossed
+
+
+def test_the_stages_and_the_documents_stay_within_their_caps():
+    crossed = size_violations(ROOT)
+    assert not crossed, "over a cap: " + "; ".join(crossed)
+
+
+def test_the_size_check_names_the_file_the_count_and_the_cap(tmp_path):
+    """A checkout at its caps passes; one line more, or a function too long and too crowded, is named."""
+    os.makedirs(tmp_path / "docs")
+    for name, cap in LINE_CAPS.items():
+        (tmp_path / name).write_text("x\n" * cap)
+    for name in STAGES:
+        if name not in LINE_CAPS:
+            (tmp_path / name).write_text('"""A stage."""\n')
+    assert size_violations(tmp_path) == []
+    with open(tmp_path / "README.md", "a") as f:
+        f.write("one line too many\n")
+    with open(tmp_path / "rollout.py", "a") as f:
+        f.write("def crowded(a, b, c, d, e, f, g, h, *more):\n" + "    a += 1\n" * FUNCTION_LINES_CAP)
+    assert size_violations(tmp_path) == [
+        f"README.md: {LINE_CAPS['README.md'] + 1} lines, cap {LINE_CAPS['README.md']}",
+        f"rollout.py crowded: {FUNCTION_LINES_CAP + 1} lines, cap {FUNCTION_LINES_CAP}",
+        f"rollout.py crowded: {FUNCTION_PARAMETERS_CAP + 1} parameters, cap {FUNCTION_PARAMETERS_CAP}"]
+
+
 class ScriptedServer(http.server.BaseHTTPRequestHandler):
     """An agent behind the OpenAI chat schema that gets some tasks right and others wrong: each reply is
     colbench/scripted.py's asking by subject or its fixed request, drawn at random. The README's chain
