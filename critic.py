@@ -5,8 +5,9 @@
 Reads scored trajectories (evaluate.py's output, or an official ColBench offline file with rewards). The
 critic is a causal LM that reads c (the task's solution, never shown to the agent), then what the agent
 saw. Its advantage for an agent turn is the mean log-ratio of the turn's tokens against its own frozen
-initial weights π_ref (Eq. 3). Two trajectories of one task whose rewards differ make a pair, and training
-ranks them by their scores (Eq. 2). policy.py ranks replies with the trained critic (score_candidates).
+initial weights π_ref (Eq. 3); with --head value, the official frontend critic's, a linear head's value of the
+turn's mean hidden state. Two trajectories of one task whose rewards differ make a pair, and training ranks
+them by their scores (Eq. 2). policy.py ranks replies with the trained critic (score_candidates).
 Writes the critic folder once whole: the checkpoint, args.json, log.jsonl (a line per step), metrics.json
 (held-out pair accuracy before and after training) and advantages.jsonl (each held-out turn's advantage).
 """
@@ -14,6 +15,7 @@ import argparse
 import dataclasses
 import json
 import os
+import functools
 import random
 import time
 
@@ -24,7 +26,8 @@ from tqdm import tqdm
 from colbench import distributed
 from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
                           positive_int, trajectories_or_fail)
-from colbench.data import default_output, finish_folder, grouped, partial_folder, succeeded, task_kind, write_jsonl
+from colbench.data import (default_output, finish_folder, grouped, partial_folder, split_by_task, succeeded,
+                           task_batches, task_kind, write_jsonl)
 from colbench.env import LAST_TURN_NOTE, agent_messages, turn_budget
 from colbench.fast_logps import remembering, shared_prefix_logps
 from colbench.frontend import page_summary
@@ -34,6 +37,8 @@ from colbench.stats import bootstrap_mean_ci, pair_outcomes
 
 PAIRINGS = ("all", "official")  # the rules of preference_pairs
 SCORES = ("token-mean", "turn-sum")  # a trajectory's score in Eq. 2 (trajectory_scores)
+HEADS = ("log-ratio", "value")  # what scores a turn: Eq. 3's A_t, or the official frontend critic's V_t
+VALUE_HEAD = "value_head.pt"  # --head value: the head's weights, beside the checkpoint
 OFFICIAL_FRONTEND_GAP = 0.1  # --pairing official: the official frontend scripts skip pairs whose rewards are closer
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -41,7 +46,9 @@ parser.add_argument("scored", help="scored trajectories JSONL (each line with a 
 parser.add_argument("--out", help="critic folder to write (default runs/<stem>.critic)")
 parser.add_argument("--model", default="embedded",
                     help="initial critic and π_ref: model folder, hub id or 'embedded' (paper: Llama-3.1-8B-Instruct)")
-parser.add_argument("--beta", type=positive_float, default=0.1, help="β of Eq. 2 (paper: 0.1)")
+parser.add_argument("--head", default="log-ratio", choices=HEADS,
+                    help="log-ratio: Eq. 3 against π_ref (paper); value: a linear head (official frontend critic)")
+parser.add_argument("--beta", type=positive_float, default=0.1, help="β of Eq. 2 (paper: 0.1; official value head: 1)")
 parser.add_argument("--lr", type=positive_float, default=1e-4, help="AdamW learning rate (paper: 2e-7)")
 parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the training pairs (paper: 4)")
 parser.add_argument("--batch-size", type=positive_int, default=8,
@@ -149,6 +156,14 @@ def sequence_logps(model, sequences, scored_from=1):
     return [row[: len(ids) - 1] for row, ids in zip(targets, sequences)]
 
 
+def sequence_states(model, sequences):
+    """The last hidden states of id lists, the plain way: pad, one forward pass of the model's body (its LM head
+    unused), in fp32. A [len, hidden] tensor per sequence."""
+    input_ids, attention_mask = padded_batch(sequences, next(model.parameters()).device)
+    states = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [n, longest, d]
+    return [row[: len(ids)].float() for row, ids in zip(states, sequences)]
+
+
 def task_logps(model, views, trajectory_ids, logps_fn):
     """{trajectory id: token log-probs} of one task's trajectories by `logps_fn` (sequence_logps, or with --fast
     shared_prefix_logps: they begin alike, c and the prompt, which it encodes once)."""
@@ -167,18 +182,41 @@ def turn_advantages(critic_logps, reference_logps, spans, normalize=True):
     return torch.stack([turn.mean() if normalize else turn.sum() for turn in per_turn])  # [turns]
 
 
-def trajectory_scores(critic_logps, reference_logps, views, trajectory_ids, normalize=True, score="token-mean"):
-    """Each trajectory's score in Eq. 2: [len(trajectory_ids)]. critic_logps, reference_logps: {id: [seq - 1]}.
-    token-mean, the official code's: the log-ratio's mean over all agent tokens, Σ_t (L_t / L) A_t; turn-sum, the
-    paper's: Σ_t A_t. normalize=False (w/o normalization): the sum over all agent tokens, either way."""
+def turn_values(hidden_states, value_head, spans):
+    """--head value, the official frontend critic: V_t = w · (1/L_t) Σ_l h_t^l, the value head w (a linear layer
+    [hidden] -> 1, no bias) on the mean of turn t's last hidden states, which have read c and the dialogue before.
+    hidden_states: [seq, hidden]; spans: turn t's tokens are [start, end). Returns [turns]. (The official code
+    averages w · h over the whole sequence: one value a dialogue.)"""
+    means = torch.stack([hidden_states[start:end].mean(0) for start, end in spans])  # [turns, hidden]
+    return value_head(means).squeeze(-1)                                               # [turns]
+
+
+def value_head(model):
+    """The official frontend critic's head: a linear layer [hidden] -> 1 without bias, drawn N(0, 0.02) as the official
+    code's (transformers' initializer_range)."""
+    head = torch.nn.Linear(model.config.hidden_size, 1, bias=False, device=model.device)
+    torch.nn.init.normal_(head.weight, std=getattr(model.config, "initializer_range", 0.02))
+    return head
+
+
+def turn_scores(model, views, trajectory_ids, reference_logps, logps_fn, normalize=True):
+    """{trajectory id: [turns]}, each agent turn's score by the critic `model`: with a value head (--head value)
+    its V_t; else its A_t (Eq. 3) against π_ref's `reference_logps` ({id: [seq - 1]}), by `logps_fn`."""
+    if hasattr(model, "value_head"):
+        states = sequence_states(model, [views[i]["ids"] for i in trajectory_ids])
+        return {i: turn_values(h, model.value_head, views[i]["spans"]) for i, h in zip(trajectory_ids, states)}
+    logps = task_logps(model, views, trajectory_ids, logps_fn)
+    return {i: turn_advantages(logps[i], reference_logps[i], views[i]["spans"], normalize) for i in trajectory_ids}
+
+
+def trajectory_scores(per_turn, views, trajectory_ids, token_mean=True):
+    """Each trajectory's score in Eq. 2, [len(trajectory_ids)], from its turns' scores per_turn[id] ([turns]):
+    turn-sum, the paper's, Σ_t A_t; with `token_mean`, the official code's mean over all agent tokens,
+    Σ_t (L_t / L) A_t. (w/o normalization: A_t sums over tokens, and so does the trajectory, token_mean off.)"""
     scores = []
     for i in trajectory_ids:
-        spans = views[i]["spans"]
-        advantages = turn_advantages(critic_logps[i], reference_logps[i], spans, normalize)  # [turns]
-        if score == "token-mean" and normalize:
-            lengths = advantages.new_tensor([end - start for start, end in spans])  # L_t
-            advantages = advantages * lengths / lengths.sum()
-        scores.append(advantages.sum())
+        lengths = per_turn[i].new_tensor([end - start for start, end in views[i]["spans"]])  # L_t
+        scores.append((per_turn[i] * lengths / lengths.sum() if token_mean else per_turn[i]).sum())
     return torch.stack(scores)
 
 
@@ -211,17 +249,6 @@ def preference_pairs(trajectories, min_reward_gap=0.0, pairing="all"):
     return pairs
 
 
-def split_by_task(pairs, eval_fraction, rng):
-    """(train pairs, held-out pairs): the pairs of a random `eval_fraction` of the paired tasks are held out,
-    so that no held-out task is seen in training; one task at least on each side."""
-    tasks = list(dict.fromkeys(pair[0]["task_id"] for pair in pairs))
-    rng.shuffle(tasks)
-    n_eval = min(max(1, round(eval_fraction * len(tasks))), len(tasks) - 1) if eval_fraction > 0 else 0
-    held_out = set(tasks[:n_eval])
-    return ([pair for pair in pairs if pair[0]["task_id"] not in held_out],
-            [pair for pair in pairs if pair[0]["task_id"] in held_out])
-
-
 def paired_ids(pairs):
     """The ids of the trajectories in `pairs`, each once, in the order they first appear."""
     return list(dict.fromkeys(trajectory_id(t) for pair in pairs for t in pair))
@@ -229,41 +256,25 @@ def paired_ids(pairs):
 
 # ---------------------------------------------------------------- the loop
 
-def task_batches(train_pairs, epochs, batch_size, rng):
-    """Each epoch's batches: the tasks in a new random order from `rng`, consecutive tasks grouped into batches
-    of at least `batch_size` pairs (a task's together), a batch being a list of its tasks' pair lists."""
-    pairs_of_task = grouped(train_pairs, lambda pair: pair[0]["task_id"])
-    batches_of_epoch = []
-    for _ in range(epochs):
-        order = list(pairs_of_task)
-        rng.shuffle(order)
-        batches = [[]]
-        for task_id in order:
-            if sum(map(len, batches[-1])) >= batch_size:
-                batches.append([])
-            batches[-1].append(pairs_of_task[task_id])
-        batches_of_epoch.append(batches)
-    return batches_of_epoch
-
-
 @torch.no_grad()
-def frozen_logps(model, views, trajectory_ids, logps_fn, autocast_dtype, desc):
-    """{trajectory id: its token log-probs}, a task's trajectories in one pass, no gradients."""
+def frozen(outputs_fn, model, views, trajectory_ids, autocast_dtype, desc):
+    """{trajectory id: its outputs}, outputs_fn(model, views, a task's trajectory ids) -> {id: tensor} (its token
+    log-probs, or its turns' scores) of a task's trajectories in one pass, no gradients."""
     model.eval()
     mine, trajectory_ids_of_task = [], grouped(trajectory_ids, lambda trajectory_id: trajectory_id[0])
     for task_id, padding in tqdm(list(distributed.share(sorted(trajectory_ids_of_task))), desc=desc, unit="task"):
         with autocast(model.device, autocast_dtype):
-            logps = task_logps(model, views, trajectory_ids_of_task[task_id], logps_fn)
+            outputs = outputs_fn(model, views, trajectory_ids_of_task[task_id])
         if not padding:  # torchrun: a padding pass's results are dropped
-            mine += logps.items()
-    return {i: logps.to(model.device) for i, logps in distributed.gather(mine)}  # torchrun: all
+            mine += outputs.items()
+    return {i: output.to(model.device) for i, output in distributed.gather(mine)}  # torchrun: all
 
 
-def train(model, views, reference_logps, batches_of_epoch, logps_fn, autocast_dtype, log, args):
+def train(model, views, score_turns, token_mean, batches_of_epoch, autocast_dtype, log, args):
     """AdamW over each epoch's batches (task_batches) with the settings `args`; a log line per step. `model` is
-    as distributed.wrap returned it. Returns the number of steps."""
+    as distributed.wrap returned it, `score_turns` turn_scores with π_ref's log-probs. Returns the steps."""
     optimizer, schedule = adamw(model, args.lr, sum(map(len, batches_of_epoch)), args.lr_schedule)
-    device, step, normalize, score = next(model.parameters()).device, 0, not args.no_normalize, args.trajectory_score
+    device, step = next(model.parameters()).device, 0
     model.train()
     for epoch, batches in enumerate(batches_of_epoch, 1):
         for number, batch in enumerate(batches, 1):
@@ -271,11 +282,11 @@ def train(model, views, reference_logps, batches_of_epoch, logps_fn, autocast_dt
             for pairs, padding in distributed.share(batch, model):  # torchrun: a share of the tasks
                 trajectory_ids = paired_ids(pairs)
                 with autocast(device, autocast_dtype):
-                    logps = task_logps(model, views, trajectory_ids, logps_fn)
-                # --- SWEET-RL: each trajectory's score from its A_t (Eq. 3), the loss (Eq. 2)
+                    per_turn = score_turns(model, views, trajectory_ids)  # --- SWEET-RL: each turn's A_t (Eq. 3)
+                # --- SWEET-RL: each trajectory's score from its turns', the loss (Eq. 2)
                 chosen_ids, rejected_ids = ([trajectory_id(pair[side]) for pair in pairs] for side in (0, 1))
-                chosen_scores = trajectory_scores(logps, reference_logps, views, chosen_ids, normalize, score)
-                rejected_scores = trajectory_scores(logps, reference_logps, views, rejected_ids, normalize, score)
+                chosen_scores = trajectory_scores(per_turn, views, chosen_ids, token_mean)
+                rejected_scores = trajectory_scores(per_turn, views, rejected_ids, token_mean)
                 loss = bradley_terry_loss(chosen_scores, rejected_scores, args.beta) * len(pairs) / batch_pairs
                 distributed.backward(loss, padding)  # loss.backward(); gradients add up over the batch
                 if not padding:  # each pair's (chosen score, rejected score, tokens) for the log
@@ -300,13 +311,11 @@ def train(model, views, reference_logps, batches_of_epoch, logps_fn, autocast_dt
 
 # ---------------------------------------------------------------- the held-out evaluation
 
-def held_out_metrics(critic_logps, reference_logps, views, eval_pairs, beta, normalize, score):
-    """The critic whose log-probs are `critic_logps`, on the held-out pairs: pair accuracy (ties count half) with
-    its 95% interval (tasks resampled), mean margin, loss, each pair's margin, task and samples; and its A_t."""
-    advantages = {i: turn_advantages(critic_logps[i], reference_logps[i], views[i]["spans"], normalize)
-                  for i in paired_ids(eval_pairs)}
-    chosen_scores, rejected_scores = (trajectory_scores(critic_logps, reference_logps, views, [
-        trajectory_id(pair[side]) for pair in eval_pairs], normalize, score) for side in (0, 1))
+def held_out_metrics(per_turn, views, eval_pairs, beta, token_mean):
+    """The critic whose turns' scores are `per_turn`, on the held-out pairs: pair accuracy (ties count half) with
+    its 95% interval (tasks resampled), mean margin, loss, each pair's margin, task and samples."""
+    chosen_scores, rejected_scores = (trajectory_scores(per_turn, views, [
+        trajectory_id(pair[side]) for pair in eval_pairs], token_mean) for side in (0, 1))
     margins = (chosen_scores - rejected_scores).tolist()
     outcomes_of_task = grouped(zip(eval_pairs, pair_outcomes(margins)), lambda item: item[0][0]["task_id"])
     outcomes_of_task = {task: [outcome for _, outcome in items] for task, items in outcomes_of_task.items()}
@@ -316,15 +325,15 @@ def held_out_metrics(critic_logps, reference_logps, views, eval_pairs, beta, nor
                "pair_task_ids": [pair[0]["task_id"] for pair in eval_pairs],
                "pair_samples": [[pair[0]["sample_idx"], pair[1]["sample_idx"]] for pair in eval_pairs],
                "loss": bradley_terry_loss(chosen_scores, rejected_scores, beta).item()}
-    return metrics, advantages
+    return metrics
 
 
 # ---------------------------------------------------------------- the trained critic, scoring replies
 
 @dataclasses.dataclass
 class Critic:
-    model: torch.nn.Module            # the trained critic π_θ, frozen
-    reference_model: torch.nn.Module  # π_ref: the initial weights it was trained from
+    model: torch.nn.Module            # the trained critic π_θ, frozen; with --head value, its value_head too
+    reference_model: torch.nn.Module  # π_ref: the initial weights it was trained from (--head value: None)
     tokenizer: object
     use_solution: bool = True
     page_facts: bool = False  # c of a frontend task: its page's facts, not its HTML
@@ -340,8 +349,13 @@ def load_critic(critic_dir, device=None, autocast_dtype=torch.float32, logps_fn=
     with open(os.path.join(critic_dir, "args.json")) as f:
         saved = json.load(f)
     model, tokenizer = load_model(critic_dir, device=device, dtype=torch.float32)
-    base = saved["model_path"] if os.path.isdir(saved["model_path"]) else saved["model"]
-    reference_model, _ = load_model(base, device=device, dtype=torch.float32)
+    reference_model = None
+    if saved.get("head", "log-ratio") == "value":
+        model.value_head = value_head(model)
+        model.value_head.load_state_dict(torch.load(os.path.join(critic_dir, VALUE_HEAD), map_location=model.device))
+    else:
+        base = saved["model_path"] if os.path.isdir(saved["model_path"]) else saved["model"]
+        reference_model, _ = load_model(base, device=device, dtype=torch.float32)
     return Critic(model, reference_model, tokenizer, not saved["no_solution"], saved.get("page_facts", False),
                   not saved["no_normalize"], saved["max_length"], autocast_dtype, remembering(logps_fn))
 
@@ -349,19 +363,21 @@ def load_critic(critic_dir, device=None, autocast_dtype=torch.float32, logps_fn=
 @torch.no_grad()
 def score_candidates(critic, task, history, max_turns, candidates):
     """A(o_t, a, c) of each candidate reply a to `history` (ending with a user turn) under a budget of `max_turns`:
-    Eq. 3 of the reply's turn, in its view cut to the critic's max_length as in training. A reply twice: once."""
+    Eq. 3 of the reply's turn (--head value: its V_t), in its view cut to the critic's max_length as in training.
+    A reply twice: once."""
     if not candidates:
         return []
     distinct = list(dict.fromkeys(candidates))
-    views = [fit_to_length(critic.tokenizer, task, history + [{"role": "assistant", "content": reply}], max_turns,
-                           critic.use_solution, critic.max_length, critic.page_facts)[:2] for reply in distinct]
-    token_ids, reply_start = [ids for ids, _ in views], min(spans[-1][0] for _, spans in views)
+    views = {}
+    for reply in distinct:  # the reply's own turn is scored: the last span
+        ids, spans, _, _ = fit_to_length(critic.tokenizer, task, history + [{"role": "assistant", "content": reply}],
+                                         max_turns, critic.use_solution, critic.max_length, critic.page_facts)
+        views[reply] = {"ids": ids, "spans": spans[-1:]}
     with autocast(critic.model.device, critic.autocast_dtype):
-        critic_logps = critic.logps_fn(critic.model, token_ids, reply_start)
-        reference_logps = critic.logps_fn(critic.reference_model, token_ids, reply_start)
-    scores = {reply: turn_advantages(theta, ref, spans[-1:], critic.normalize).item()
-              for reply, theta, ref, (_, spans) in zip(distinct, critic_logps, reference_logps, views)}
-    return [scores[reply] for reply in candidates]
+        reference_logps = critic.reference_model and task_logps(critic.reference_model, views, distinct,
+                                                                critic.logps_fn)
+        per_turn = turn_scores(critic.model, views, distinct, reference_logps, critic.logps_fn, critic.normalize)
+    return [per_turn[reply].item() for reply in candidates]
 
 
 # ---------------------------------------------------------------- the stage
@@ -387,21 +403,23 @@ def pairs_split_by_task(trajectories, min_reward_gap, pairing, eval_fraction, rn
     return train_pairs, eval_pairs, used, counts
 
 
-def save(folder, arguments, metrics, trajectories, advantages, views):
+def save(folder, arguments, metrics, trajectories, per_turn, views):
     """Beside the checkpoint: args.json, metrics.json, and advantages.jsonl: a line per turn of each held-out
-    dialogue (those of the `trajectories` in `advantages`)."""
+    dialogue (those of the `trajectories` in `per_turn`), its A_t (--head value: its V_t)."""
     for name, value in (("args.json", arguments), ("metrics.json", metrics)):
         with open(os.path.join(folder, name), "w") as f:
             json.dump(value, f, indent=1)
     rows = [dict(task_id=t["task_id"], sample_idx=t["sample_idx"], turn=turn, advantage=advantage, reward=t["reward"])
-            for t in trajectories if (i := trajectory_id(t)) in advantages
-            for turn, advantage in enumerate(advantages[i].tolist(), views[i]["first_turn"])]
+            for t in trajectories if (i := trajectory_id(t)) in per_turn
+            for turn, advantage in enumerate(per_turn[i].tolist(), views[i]["first_turn"])]
     write_jsonl(os.path.join(folder, "advantages.jsonl"), rows)  # turns cut by --max-length: unscored
 
 
 def main(args):
     if args.fast and (args.fsdp or args.gradient_checkpointing):  # neither backpropagates into a shared KV cache
         parser.error("--fast cannot be used with --fsdp or --gradient-checkpointing")
+    if args.head == "value" and (args.fsdp or int(os.environ.get("WORLD_SIZE", "1")) > 1):  # head outside forward()
+        parser.error("--head value trains in one process: not under torchrun or with --fsdp")
     distributed.init()  # torchrun: join the process group; a plain run is the only process
     out = args.out or default_output(args.scored, ".critic")
     print("critic:", json.dumps(vars(args)), f"-> {out}", flush=True)
@@ -411,7 +429,6 @@ def main(args):
     trajectories = trajectories_or_fail(args.scored, rewards_for="the critic")
     train_pairs, eval_pairs, used, counts = pairs_split_by_task(
         trajectories, args.min_reward_gap, args.pairing, args.eval_fraction, rng)
-    scoring = dict(beta=args.beta, normalize=not args.no_normalize, score=args.trajectory_score)
     # The critic π_θ: fp32 master weights, forward passes in `autocast_dtype`.
     autocast_dtype, why = compute_dtype(args.dtype)
     describe_dtype("critic", autocast_dtype, why)
@@ -420,26 +437,37 @@ def main(args):
     views = critic_views(tokenizer, used, not args.no_solution, args.max_length, args.page_facts)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    if args.head == "value":  # the official frontend critic: a value head, trained with the body; no π_ref
+        model.value_head = value_head(model)
     # torchrun: DDP replicas, or with --fsdp `model` itself sharded before π_ref. A plain run trains `model` itself.
     trained = distributed.wrap(model, args.fsdp, autocast_dtype)
     logps_fn = shared_prefix_logps if args.fast else sequence_logps  # --fast: the named fast path
-    # --- SWEET-RL: π_ref of Eq. 3 is the critic's initial weights, its log-probs computed once
-    reference_logps = frozen_logps(model, views, list(views), logps_fn, autocast_dtype, "π_ref log-probs")
-    before, after, advantages = {}, {}, {}
-    if eval_pairs:  # θ = π_ref before training: the held-out evaluation of those log-probs
-        before, _ = held_out_metrics(reference_logps, reference_logps, views, eval_pairs, **scoring)
+    reference_logps, before, after, per_turn = None, {}, {}, {}
+    if args.head == "log-ratio":  # --- SWEET-RL: π_ref of Eq. 3 is the critic's initial weights, computed once
+        reference_logps = frozen(functools.partial(task_logps, logps_fn=logps_fn), model, views, list(views),
+                                 autocast_dtype, "π_ref log-probs")
+    score_turns = functools.partial(turn_scores, reference_logps=reference_logps, logps_fn=logps_fn,
+                                    normalize=not args.no_normalize)
+    held_out, token_mean = paired_ids(eval_pairs), args.trajectory_score == "token-mean" and not args.no_normalize
+    if eval_pairs:  # before training: θ = π_ref (every A_t is 0), or the untrained value head
+        untrained = ({i: torch.zeros(len(views[i]["spans"])) for i in held_out} if args.head == "log-ratio" else
+                     frozen(score_turns, model, views, held_out, autocast_dtype, "held-out, untrained"))
+        before = held_out_metrics(untrained, views, eval_pairs, args.beta, token_mean)
     folder = partial_folder(out) if distributed.is_main() else None  # renamed to `out` once whole
     with open(os.path.join(folder, "log.jsonl") if folder else os.devnull, "w") as log:
         batches_of_epoch = task_batches(train_pairs, args.epochs, args.batch_size, rng)
-        steps = train(trained, views, reference_logps, batches_of_epoch, logps_fn, autocast_dtype, log, args)
+        steps = train(trained, views, score_turns, token_mean, batches_of_epoch, autocast_dtype, log, args)
     if eval_pairs:
-        critic_logps = frozen_logps(model, views, paired_ids(eval_pairs), logps_fn, autocast_dtype, "held-out")
-        after, advantages = held_out_metrics(critic_logps, reference_logps, views, eval_pairs, **scoring)
+        per_turn = frozen(score_turns, model, views, held_out, autocast_dtype, "held-out")
+        after = held_out_metrics(per_turn, views, eval_pairs, args.beta, token_mean)
+    if args.head == "value":  # the checkpoint stays a plain causal LM, which any loader reads
+        torch.save(model.value_head.state_dict(), os.path.join(folder, VALUE_HEAD))
+        del model.value_head
     if not distributed.save_checkpoint(folder, model, tokenizer):  # torchrun: the first writes
         return
     model_path = os.path.abspath(base_model) if os.path.isdir(base_model) else base_model  # π_ref, for load_critic
     save(folder, dict(vars(args), model_path=model_path), dict(counts, steps=steps, before=before, after=after),
-         used, advantages, views)
+         used, per_turn, views)
     finish_folder(folder, out)
     accuracy = " -> ".join(f"{metrics['pair_accuracy']:.3f}" for metrics in (before, after) if metrics) or "-"
     print(f"done: {steps} steps, held-out pair accuracy {accuracy} ({len(eval_pairs)} pairs) | critic, args.json, "

@@ -1438,16 +1438,51 @@ def test_critic_turn_advantage_is_the_mean_or_sum_of_its_tokens():
 
 def test_trajectory_score_is_the_papers_sum_of_turn_means_or_the_official_mean_over_tokens():
     critic_logps, reference_logps = torch.tensor([-1.0, -2.0, -3.0, -4.0, -5.0]), torch.full((5,), -3.0)
+
+    def score(spans, token_mean, normalize=True):
+        per_turn = {"t": critic.turn_advantages(critic_logps, reference_logps, spans, normalize)}
+        return critic.trajectory_scores(per_turn, {"t": {"spans": spans}}, ["t"], token_mean).item()
     # turn 1: tokens 2..3 (log-ratios 1, 0); turn 2: tokens 4..6 (log-ratios -1, -2, and 0 at token 6)
-    views = {"t": {"spans": [(2, 4), (4, 6)]}}
-    logps, reference = {"t": critic_logps}, {"t": reference_logps}
-    assert critic.trajectory_scores(logps, reference, views, ["t"], score="turn-sum").item() == pytest.approx(0.5 - 1.5)
-    assert critic.trajectory_scores(logps, reference, views, ["t"]).item() == pytest.approx((1 + 0 - 1 - 2) / 4)
-    views = {"t": {"spans": [(1, 4), (4, 5)]}}  # turns of 3 and 1 tokens: the mean over tokens weighs them 3:1
-    assert critic.trajectory_scores(logps, reference, views, ["t"], score="token-mean").item() == pytest.approx(
-        (2 + 1 + 0 - 1) / 4)
-    for score in critic.SCORES:  # w/o normalization: the sum over tokens either way
-        assert critic.trajectory_scores(logps, reference, views, ["t"], False, score).item() == pytest.approx(2 + 1 + 0 - 1)
+    assert score([(2, 4), (4, 6)], token_mean=False) == pytest.approx(0.5 - 1.5)
+    assert score([(2, 4), (4, 6)], token_mean=True) == pytest.approx((1 + 0 - 1 - 2) / 4)
+    # turns of 3 and 1 tokens: the mean over tokens weighs them 3:1
+    assert score([(1, 4), (4, 5)], token_mean=True) == pytest.approx((2 + 1 + 0 - 1) / 4)
+    # w/o normalization: the sum over tokens (token_mean off)
+    assert score([(1, 4), (4, 5)], token_mean=False, normalize=False) == pytest.approx(2 + 1 + 0 - 1)
+
+
+def test_value_head_turn_values_and_their_bradley_terry_loss_equal_hand_computed_values():
+    head = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.tensor([[1.0, -2.0]]))
+    states = torch.tensor([[9.0, 9.0], [1.0, 0.0], [3.0, 1.0], [0.0, 1.0], [2.0, 2.0]])  # [seq, hidden]
+    # turn 1: positions 1..2, mean (2, 0.5), value 2 - 1 = 1; turn 2: positions 3..4, mean (1, 1.5), value 1 - 3 = -2
+    values = critic.turn_values(states, head, [(1, 3), (3, 5)])
+    assert values.tolist() == pytest.approx([1.0, -2.0])
+    scores = critic.trajectory_scores({"t": values}, {"t": {"spans": [(1, 3), (3, 5)]}}, ["t"], token_mean=False)
+    assert scores.item() == pytest.approx(-1.0)  # Σ_t V_t
+    # Eq. 2 on the values, β 1 (the official value head's loss): −log σ(−1 − 0.5) = log(1 + e^1.5)
+    loss = critic.bradley_terry_loss(scores, torch.tensor([0.5]), beta=1.0)
+    assert loss.item() == pytest.approx(math.log(1 + math.exp(1.5)), abs=1e-6)
+
+
+def test_critic_value_head_learns_a_planted_pattern_and_ranks_candidates_by_it(tmp_path, tiny_model):
+    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=16)
+    out = tmp_path / "critic"
+    critic.main(critic.parser.parse_args([data, "--model", tiny_model, "--out", str(out), "--head", "value",
+                                          "--beta", "1", "--lr", "3e-3", "--epochs", "4", "--batch-size", "4",
+                                          "--eval-fraction", "0.25", "--dtype", "fp32"]))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["eval_tasks"], metrics["eval_pairs"]) == (4, 8)
+    assert metrics["before"]["pair_accuracy"] < 0.9 < metrics["after"]["pair_accuracy"]
+    assert (out / critic.VALUE_HEAD).exists() and not (out / "partial").exists()
+    loaded = critic.load_critic(str(out))
+    assert loaded.reference_model is None and hasattr(loaded.model, "value_head")
+    task = dict(TIP_TASK, task_id="new", problem_description="Task 99: What is the discount?")
+    history = [{"role": "user", "content": task["problem_description"]}]
+    planted, plain = "I WANT TO ANSWER: def tip(bill): return bill", "What is the discount? Round to decimal places."
+    scores = critic.score_candidates(loaded, task, history, 3, [plain, planted, plain])
+    assert scores[0] == scores[2] < scores[1]  # the planted reply ranks first; a reply twice, scored alike
 
 
 def test_the_cosine_schedule_warms_up_over_3_percent_then_decays_to_a_tenth():

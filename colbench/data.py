@@ -234,6 +234,34 @@ def grouped(items, key):
     return groups
 
 
+def split_by_task(pairs, eval_fraction, rng):
+    """(train pairs, held-out pairs): the pairs of a random `eval_fraction` of the paired tasks are held out,
+    so that no held-out task is seen in training; one task at least on each side."""
+    tasks = list(dict.fromkeys(pair[0]["task_id"] for pair in pairs))
+    rng.shuffle(tasks)
+    n_eval = min(max(1, round(eval_fraction * len(tasks))), len(tasks) - 1) if eval_fraction > 0 else 0
+    held_out = set(tasks[:n_eval])
+    return ([pair for pair in pairs if pair[0]["task_id"] not in held_out],
+            [pair for pair in pairs if pair[0]["task_id"] in held_out])
+
+
+def task_batches(train_pairs, epochs, batch_size, rng):
+    """critic.py's batches of each epoch: the tasks in a new random order from `rng`, consecutive tasks grouped
+    into batches of at least `batch_size` pairs (a task's together), a batch being a list of its tasks' pair lists."""
+    pairs_of_task = grouped(train_pairs, lambda pair: pair[0]["task_id"])
+    batches_of_epoch = []
+    for _ in range(epochs):
+        order = list(pairs_of_task)
+        rng.shuffle(order)
+        batches = [[]]
+        for task_id in order:
+            if sum(map(len, batches[-1])) >= batch_size:
+                batches.append([])
+            batches[-1].append(pairs_of_task[task_id])
+        batches_of_epoch.append(batches)
+    return batches_of_epoch
+
+
 def succeeded(trajectory):
     """Success as evaluate.py records it (backend: every test passed); a file without `success` counts a
     reward of 1.0 as success."""
