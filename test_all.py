@@ -1899,7 +1899,8 @@ def test_critic_accepts_frontend_tasks_with_the_reference_page_as_c(tiny_model):
     shipped = frontend_tasks("train")[0]
     told = critic.critic_messages(shipped, [{"role": "user", "content": "A page"}], 3, page_facts=True)[0]["content"]
     assert frontend.page_summary(shipped) in told and shipped["ground_truth"][:40] not in told
-    assert frontend.fact_sentence("colors", frontend.reference_facts(shipped)["colors"]) in told
+    first = shipped["departures"][0]  # c lists the departures, as the human tells them
+    assert frontend.fact_sentence(first, frontend.reference_facts(shipped)[first]) in told
     assert critic.critic_messages(TIP_TASK, [], 3, page_facts=True) == critic.critic_messages(TIP_TASK, [], 3)
 
 # ======================== 6. policy.py: the DPO + NLL loss by hand, the pairing rule, training, each method end to end
@@ -2306,23 +2307,26 @@ def tiny_clip(tmp_path_factory):
 
 # --- the task files
 
-def test_frontend_task_files_are_the_template_filled_with_their_facts_varied_and_reproducible(tmp_path):
-    from colbench.page import LAYOUTS, PALETTES, SECTIONS, STYLE, build_page
+def test_frontend_task_files_depart_from_the_kinds_default_where_the_request_hints_and_are_reproducible(tmp_path):
+    from colbench.page import DEFAULTS, STYLE, SUBJECTS, build_page, default_facts
     from colbench.scripted import request_title
-    train = load_tasks(os.path.join(TASKS_DIR, "frontend_train.jsonl"))
-    test = load_tasks(os.path.join(TASKS_DIR, "frontend_test.jsonl"))
+    from colbench.tasks.frontend import DEPARTURES
+    train, test = frontend_tasks("train"), frontend_tasks("test")
     assert len(train) >= 100 and len(test) >= 30
     for task in train + test:
-        page, facts = task["ground_truth"], frontend.reference_facts(task)
+        page, facts, default = task["ground_truth"], frontend.reference_facts(task), default_facts(task)
+        request = task["problem_description"]
         assert task_kind(task) == "frontend" and "<script" not in page and not re.search(r"(src|href)=", page)
         assert task["stylesheet"] == STYLE and frontend.page_facts(page)["colors"] == {}  # the page's style: its facts
-        assert facts["layout"] == task["layout"] and facts["sections"] == task["sections"]
-        assert list(facts["colors"].values()) == list(PALETTES[task["palette"]])
-        assert page == build_page(facts, request_title(task))  # nothing on the page but its told facts and name
-    assert len({t["site"] for t in train}) >= 10 and set(LAYOUTS) == {t["layout"] for t in train}
-    assert len({t["palette"] for t in train}) == len(PALETTES)
-    assert {s for t in train for s in t["sections"]} == {title for title, _ in SECTIONS.values()}
-    assert len({tuple(t["sections"]) for t in train}) >= 100  # which sections, and their order
+        assert page == build_page(facts, request_title(task))  # nothing on the page but its facts and name
+        departed = [subject for subject in SUBJECTS if facts[subject] != default[subject]]
+        assert departed == task["departures"] == frontend.departures(task) and len(departed) == DEPARTURES
+        assert frontend.hinted_subjects(request) == departed  # the request hints at each departure...
+        assert frontend.read_facts(request) == {} and not any(title in request for title in facts["sections"])
+        assert facts["accent"] != facts["colors"]["background"]  # ...never at a value; every heading shows
+    assert {t["site"] for t in train} == set(DEFAULTS)
+    assert len({tuple(t["departures"]) for t in train}) == 6  # every two subjects of the four
+    assert min(Counter(s for t in train for s in t["departures"]).values()) >= 40
     run_script("-m", "colbench.tasks.frontend", "--out", str(tmp_path))
     for split in ("train", "test"):
         with open(os.path.join(TASKS_DIR, f"frontend_{split}.jsonl"), "rb") as shipped:
@@ -2405,21 +2409,22 @@ def test_frontend_episode_answer_is_the_last_page_proposed():
     assert episode.answer == "<html><body>second</body></html>" and episode.answered_with_marker
 
 
-def test_frontend_simulator_names_what_differs_most_outstanding_first_in_words_that_can_be_copied():
-    from colbench.page import GENERIC_FACTS, build_page
+def test_frontend_simulator_names_one_difference_a_turn_most_outstanding_first_in_words_that_can_be_copied():
+    from colbench.page import build_page, default_facts
+    from colbench.scripted import request_title
     simulator = make_simulator("embedded")
-    task = frontend_tasks("test")[0]
-    facts, title = frontend.reference_facts(task), frontend.parsed(task["ground_truth"]).headings["h1"][0]
+    for task in frontend_tasks("test")[:8]:
+        facts, default, title = frontend.reference_facts(task), default_facts(task), request_title(task)
 
-    def say(page):
-        return simulator.respond([(task, turn(f"How is this? {page}"))])[0]
-    assert say(task["ground_truth"]) == frontend.LOOKS_RIGHT
-    assert facts["layout"] != GENERIC_FACTS["layout"] and facts["sections"] != GENERIC_FACTS["sections"]
-    first = say(build_page(GENERIC_FACTS, title))  # the two most outstanding: the colors and the layout
-    assert first == f"{frontend.fact_sentence('colors', facts['colors'])} {frontend.fact_sentence('layout', facts['layout'])}"
-    second = say(build_page(frontend.read_facts(first), title))  # copied: what is left is named next
-    assert second == frontend.fact_sentence("sections", facts["sections"])
-    assert say(build_page(frontend.read_facts(first + " " + second), title)) == frontend.LOOKS_RIGHT
+        def say(page):
+            return simulator.respond([(task, turn(f"How is this? {page}"))])[0]
+        assert say(task["ground_truth"]) == frontend.LOOKS_RIGHT
+        told = {}
+        for subject in [s for s in frontend.DIFFERENCE_ORDER if s in task["departures"]]:  # one a turn, in order
+            reply = say(build_page({**default, **told}, title))
+            assert reply == frontend.fact_sentence(subject, facts[subject])
+            told.update(frontend.read_facts(reply))  # copied: what is left is named next
+        assert say(build_page({**default, **told}, title)) == frontend.LOOKS_RIGHT
     assert say("<html><body><h1>Hello</h1></body></html>").count(":") == frontend.MAX_DIFFERENCES  # broken: named
     # Any page, not only the template's: its colors as written, its h2 titles, its nearest layout.
     assert frontend.page_facts(PAGE) == {"colors": {"background": "#0f1c3f", "text": "#f5f5f5"}, "layout": "single",
@@ -2433,8 +2438,10 @@ def frontend_tasks(*names):
 
 
 def test_frontend_human_gives_general_requests_nothing_and_each_subject_its_value_as_the_page_writes_it():
-    from colbench.page import build_page
+    from colbench.page import build_page, default_facts
     from colbench.scripted import page_question, request_title
+    assert frontend.topics_asked("What accent color do you want?") == ["accent"]  # not the page's colors
+    assert frontend.topics_asked("What colors and what accent color?") == ["colors", "accent"]
     for task in frontend_tasks("train", "test"):
         facts = frontend.reference_facts(task)
         assert set(facts) == set(frontend.TOPIC_WORDS)  # every page has every subject
@@ -2444,71 +2451,82 @@ def test_frontend_human_gives_general_requests_nothing_and_each_subject_its_valu
                                                   {"role": "assistant", "content": message}])
         for request in GENERAL_REQUESTS + ["What should it look like?", "Hello! I am ready to start."]:
             assert say(request) == frontend.NOTHING_ASKED, (task["task_id"], request)
-        for topic in facts:  # one subject: its value, as the page writes it; two: both; three: ask for fewer
+        for topic in facts:  # one subject: its value (the default's, if the task keeps it); two: both; three: fewer
             assert say(page_question([topic])) == frontend.fact_sentence(topic, facts[topic])
             assert frontend.read_facts(say(page_question([topic]))) == {topic: facts[topic]}
         both = say(page_question(["colors", "sections"]))
         assert both == f"{frontend.fact_sentence('colors', facts['colors'])} " \
                        f"{frontend.fact_sentence('sections', facts['sections'])}"
         assert say("Which colors, layout and sections do you want?") == frontend.TOO_MANY_TOPICS
-        # Everything the human can tell, copied into the template, is the reference page itself.
-        assert build_page(frontend.read_facts(frontend.page_summary(task)), request_title(task)) \
-            == task["ground_truth"]
+        # c, the departures in the human's words, copied onto the kind's default page: the reference page itself.
+        summary = frontend.read_facts(frontend.page_summary(task))
+        assert list(summary) == task["departures"]
+        assert build_page({**default_facts(task), **summary}, request_title(task)) == task["ground_truth"]
         assert f"--background:{facts['colors']['background']};" in task["ground_truth"]
         assert f"background {facts['colors']['background']}," in say(page_question(["colors"]))
 
 
-def test_frontend_scripted_agents_through_rollout_a_generic_page_knows_nothing_collaborating_gets_the_reference(
-        tmp_path):
-    from colbench.page import GENERIC_FACTS, build_page
-    from colbench.scripted import ASKED_TOPICS, request_title
+def test_frontend_scripted_agents_through_rollout_only_reading_the_hints_gets_the_reference_in_two_turns(tmp_path):
+    from colbench.page import build_page, default_facts
+    from colbench.scripted import FIXED_ORDER, request_title
     tasks = os.path.join(TASKS_DIR, "frontend_test.jsonl")
     played = {}
-    for agent, turns in (("scripted:page-at-once", 3), ("scripted:ask-then-write", 3), ("scripted:ask-then-write", 2),
-                         ("scripted:draft-then-fix", 3), ("scripted:draft-then-fix", 2)):
-        out = tmp_path / f"{agent[9:]}-{turns}.traj.jsonl"
-        run_script("rollout.py", tasks, "--agent", agent, "--samples", "1", "--max-turns", str(turns), "--out", str(out))
+    for agent, turns in (("default-at-once", 2), ("fixed-asker", 2), ("fixed-asker", 3), ("draft-then-fix", 2),
+                         ("draft-then-fix", 3), ("hint-reader", 2)):
+        out = tmp_path / f"{agent}-{turns}.traj.jsonl"
+        run_script("rollout.py", tasks, "--agent", f"scripted:{agent}", "--samples", "1", "--max-turns", str(turns),
+                   "--out", str(out))
         played[agent, turns] = load_trajectories(str(out))
-        assert len(played[agent, turns]) == 40 and all(t["rollout"]["agent"] == agent for t in played[agent, turns])
-    for t in played["scripted:page-at-once", 3]:  # one turn, the generic page under the request's name
-        assert len(t["dialogue_history"]) == 2 and t["answer"] == build_page(GENERIC_FACTS, request_title(t["task"]))
-    for agent in ("scripted:ask-then-write", "scripted:draft-then-fix"):  # within three turns: the reference itself
-        assert all(t["answer"] == t["task"]["ground_truth"] for t in played[agent, 3])
-    for t in played["scripted:ask-then-write", 2]:  # one question: two subjects told, the rest generic
+        assert len(played[agent, turns]) == 40 and all(t["rollout"]["agent"] == f"scripted:{agent}"
+                                                       for t in played[agent, turns])
+
+    def written(t, told):  # the kind's default page with what the human told
+        return build_page({**default_facts(t["task"]), **told}, request_title(t["task"]))
+    for t in played["default-at-once", 2]:  # one turn, the kind's default page under the request's name
+        assert len(t["dialogue_history"]) == 2 and t["answer"] == written(t, {})
+    for t in played["fixed-asker", 2]:  # one question, the same two subjects in every task
         told = frontend.topics_told(t["task"], t["dialogue_history"])
-        assert sorted(told) == sorted(ASKED_TOPICS[0])
-        assert t["answer"] == build_page(told, request_title(t["task"])) != t["task"]["ground_truth"]
-    for t in played["scripted:draft-then-fix", 2]:  # one draft shown: what the human named is fixed
+        assert sorted(told) == sorted(FIXED_ORDER[:2]) and t["answer"] == written(t, told)
+    for t in played["draft-then-fix", 2]:  # one draft shown: the one difference the human named is fixed
         told = frontend.topics_told(t["task"], t["dialogue_history"])
-        assert 1 <= len(told) <= frontend.MAX_DIFFERENCES and t["answer"] == build_page(told, request_title(t["task"]))
-    result = run_script("rollout.py", TEST, "--agent", "scripted:ask-then-write", "--out", str(tmp_path / "x.jsonl"),
+        assert len(set(told) & set(t["task"]["departures"])) == 1 and t["answer"] == written(t, told)
+    for agent, turns in (("hint-reader", 2), ("fixed-asker", 3), ("draft-then-fix", 3)):  # every departure told
+        assert all(t["answer"] == t["task"]["ground_truth"] for t in played[agent, turns]), (agent, turns)
+    reached = {agent: sum(t["answer"] == t["task"]["ground_truth"] for t in played[agent, 2])
+               for agent in ("default-at-once", "fixed-asker", "draft-then-fix")}
+    assert reached["default-at-once"] == 0 and max(reached.values()) <= 10  # in two turns: a task in four at most
+    result = run_script("rollout.py", TEST, "--agent", "scripted:hint-reader", "--out", str(tmp_path / "x.jsonl"),
                         check=False)
     assert result.returncode == 2 and "plays frontend tasks" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_frontend_warm_start_varies_turn_by_turn_and_writes_only_what_it_was_told():
-    from colbench.page import GENERIC_FACTS, build_page
+    from colbench.page import build_page, default_facts
     from colbench.scripted import request_title
     from harness.warmstart import PAGE_QUESTIONS, PAGE_SUBJECTS, frontend_dialogue
     for topic, names in PAGE_SUBJECTS.items():  # the words of each subject name it alone
         assert all(frontend.topics_asked(q.format(name)) == [topic] for q in PAGE_QUESTIONS for name in names)
     rng = random.Random(0)
-    rows = [frontend_dialogue(task, 0, rng) for task in frontend_tasks("train")[:60]]
+    rows = [frontend_dialogue(task, k, rng, max_turns=2) for task in frontend_tasks("train")[:60] for k in (0, 1)]
 
     def turns_of(row):
         return sum(turn["role"] == "assistant" for turn in row["dialogue_history"])
     turns = Counter(turns_of(r) for r in rows)
     replies = [turn["content"] for r in rows for turn in r["dialogue_history"][2:] if turn["role"] == "user"]
     subjects_per_reply = Counter(len(frontend.read_facts(reply)) for reply in replies)
-    assert all(turns[k] >= 2 for k in (1, 2, 3))  # answering at once, early or late
-    assert subjects_per_reply[1] >= 5 and subjects_per_reply[2] >= 5  # asking about one subject, or two at once
+    assert turns[1] >= 5 and turns[2] >= 60  # answering at once, or after one turn
+    assert subjects_per_reply[1] >= 10 and subjects_per_reply[2] >= 10  # asking about one subject, or two at once
     assert any(reply.startswith(frontend.NOTHING_ASKED) for reply in replies)  # asking about nothing in particular
     shown = [turn["content"] for r in rows for turn in r["dialogue_history"][1:-1]
              if turn["role"] == "assistant" and html_page(turn["content"])]
     assert len(shown) >= 5  # a page shown, and compared
+    asked = [set(frontend.topics_asked(r["dialogue_history"][1]["content"])) for r in rows if turns_of(r) == 2]
+    hinted = [set(r["task"]["departures"]) for r in rows if turns_of(r) == 2]
+    both = sum(a == h for a, h in zip(asked, hinted))
+    assert 2 <= both <= 0.3 * len(asked)  # the subjects drawn at random: the hinted pair by chance, not by reading
     late = [r for r in rows if not r["dialogue_history"][-1]["content"].startswith(ANSWER_MARKER)]
     for r in late:  # asked once more at its last turn: too late, its answer the page it showed, if any
-        assert turns_of(r) == 3 and html_page(r["dialogue_history"][-1]["content"]) is None
+        assert turns_of(r) == 2 and html_page(r["dialogue_history"][-1]["content"]) is None
         assert r["answer"] == next((html_page(turn["content"]) for turn in r["dialogue_history"][::-1]
                                     if turn["role"] == "assistant" and html_page(turn["content"])), "")
     assert 1 <= len(late) <= 0.3 * len(rows)
@@ -2517,12 +2535,10 @@ def test_frontend_warm_start_varies_turn_by_turn_and_writes_only_what_it_was_tol
     for r in rows:
         told = frontend.topics_told(r["task"], r["dialogue_history"])
         assert r["dialogue_history"][-1]["content"].startswith(ANSWER_MARKER)
-        as_told += r["answer"] == build_page(told, request_title(r["task"]))
+        as_told += r["answer"] == build_page({**default_facts(r["task"]), **told}, request_title(r["task"]))
         written = frontend.page_facts(frontend.as_shown(r["task"], r["answer"]))
-        for topic in ("layout", "sections"):  # what was not told is the generic page's, not the reference's
-            assert written[topic] == (told[topic] if topic in told else GENERIC_FACTS[topic]), (r["task_id"], topic)
-        if "colors" not in told:
-            assert written["colors"] == GENERIC_FACTS["colors"]
+        for topic in ("accent", "layout", "sections"):  # what was not told is the kind's default, not the reference's
+            assert written[topic] == (told[topic] if topic in told else default_facts(r["task"])[topic])
     assert 0.8 * len(rows) <= as_told < len(rows)  # a told color miscopied now and then
 
 
@@ -2569,17 +2585,15 @@ def test_frontend_edge_color_on_planted_pages(page_kind):
     assert scorer.name == "edge-color" and "clip" not in scorer.name
 
 
-def test_frontend_room_every_subject_the_human_tells_moves_the_score(tmp_path):
-    from colbench.page import GENERIC_FACTS
-    tasks = [t for t in frontend_tasks("test") if all(frontend.reference_facts(t)[s] != GENERIC_FACTS[s]
-                                                      for s in GENERIC_FACTS)][:1]
+def test_frontend_room_every_departure_the_human_tells_moves_the_score(tmp_path):
+    tasks = frontend_tasks("test")[:2]
     write_jsonl(tmp_path / "tasks.jsonl", tasks)
     run_script("-m", "harness.room", str(tmp_path / "tasks.jsonl"), "--out", str(tmp_path / "room.json"))
     mean = json.load(open(tmp_path / "room.json"))["mean_score"]
-    assert mean["blank"] == 0.0 and mean["reference"] == pytest.approx(1.0) and mean["generic"] < 0.5
-    for subject in GENERIC_FACTS:  # left generic alone, every subject costs; set right alone, none makes the page
-        assert mean[f"-{subject}"] < 1 and mean[f"+{subject}"] < 1, subject
-    assert mean["+colors"] > mean["generic"]  # on one task; the 40 tasks' means are in docs/RESULTS.md
+    assert mean["blank"] == 0.0 and mean["reference"] == pytest.approx(1.0) and mean["default"] < 0.5
+    for subject in {s for t in tasks for s in t["departures"]}:  # left at the default alone, every departure costs;
+        assert mean[f"-{subject}"] < 1 and mean[f"+{subject}"] < 1, subject  # set right alone, none makes the page
+        assert mean[f"+{subject}"] > mean["default"], subject  # on two tasks; the 40 tasks' means: docs/RESULTS.md
     assert len({t["ground_truth"] for t in frontend_tasks("test")}) == 40  # no one page fits two tasks
 
 
@@ -2887,8 +2901,9 @@ def test_demo_passes_a_stage_only_what_differs_from_its_defaults_and_the_stage_r
     # What each stage runs, read back by its own parser, with the demo's settings (the script's key -> SETTINGS')
     expected = {"rollout.py": {"max_turns": "max_turns", "temperature": "temperature", "max_new_tokens":
                                "max_new_tokens", "batch_size": "batch_size"},
-                "critic.py": {"epochs": "critic_epochs", "lr": "critic_lr", "trajectory_score": "trajectory_score",
-                              "max_length": "critic_max_length", "pairing": "critic_pairing"},
+                "critic.py": {"head": "critic_head", "beta": "critic_beta", "epochs": "critic_epochs", "lr": "critic_lr",
+                              "trajectory_score": "trajectory_score", "max_length": "critic_max_length",
+                              "pairing": "critic_pairing"},
                 "policy.py": {"candidates": "candidates", "pairs_per_turn": "pairs_per_turn", "lr": "policy_lr",
                               "beta": "beta", "nll_coef": "nll_coef", "temperature": "temperature",
                               "max_new_tokens": "max_new_tokens", "data_fraction": "demo_fraction"},
@@ -2909,11 +2924,15 @@ def test_demo_passes_a_stage_only_what_differs_from_its_defaults_and_the_stage_r
         parser = demo.PARSERS[script]
         arguments, defaults = vars(parser.parse_args(command[1:])), {a.dest: a.default for a in parser._actions}
         for key, setting in expected[script].items():
+            if "critic_value_head" in " ".join(command) and key in ("head", "beta"):  # Table 3: the value head
+                assert (arguments["head"], arguments["beta"]) == ("value", 1.0)
+                continue
             assert arguments[key] == s[setting], (script, key)
         passed = {a.dest for a in parser._actions if any(option in command for option in a.option_strings)}
         assert all(arguments[key] != defaults[key] for key in passed - {"out", "model", "critic", "method"}), command
         checked[script] += 1
-    assert checked["critic.py"] == 3 and checked["policy.py"] == 1 and checked["harness.baselines"] == 2
+    assert checked["critic.py"] == len(demo.CRITICS) == 4 and checked["policy.py"] == 1
+    assert checked["harness.baselines"] == 2
     assert checked["rollout.py"] == 2 and checked["warm start"] == 1
 
 
@@ -2929,8 +2948,9 @@ def test_frontend_run_keeps_warm_start_rl_and_test_pages_apart(tmp_path):
 
 
 def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_pairs_by_what_they_can_tell(tmp_path):
-    from harness.demo import frontend_table, page_asking, ranked_pairs
+    from harness.demo import frontend_table, page_asking, ranked_pairs, rules_order
     task = frontend_tasks("test")[0]
+    assert task["departures"] == ["colors", "sections"]
     page, question = f"{ANSWER_MARKER}\n{PAGE}", "What colors and what layout do you want?"
 
     def played(replies, reward):
@@ -2946,18 +2966,19 @@ def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_p
     assert asking["ask_first_share"] == 0.4 and asking["after_asking"] == [0.4, 2]
     assert asking["show_first_share"] == 0.2 and asking["collaborate_first_share"] == pytest.approx(0.6)
     assert asking["at_once"] == [pytest.approx(0.1), 3]
-    assert asking["subjects_told"] == 1.2  # colors and layout told in three dialogues of five
+    assert asking["subjects_told"] == 1.0  # colors and layout told in two dialogues of five, the layout in one
+    assert asking["departures_told_share"] == 0.0  # the sections never: no dialogue told both departures
     assert page_asking([played([page], 0.2)])["after_asking"] is None
-    # What a reply can still tell, by the human's rules: before the last turn, a question naming an untold subject
-    # or a page shown (1) beats a question naming none untold or an answer while a subject is untold (0); an
-    # answer with every subject told is unsettled (None). At the last turn a page is the answer (1), a question 0,
+    # What a reply can still tell, by the human's rules: before the last turn, a question naming an untold departure
+    # or a page shown (1) beats a question naming none untold or an answer while a departure is untold (0); an
+    # answer with every departure told is unsettled (None). At the last turn a page is the answer (1), a question 0,
     # or unsettled after a page was shown (that page is the answer).
     vague, draft = "Can you tell me more?", f"Like this? {PAGE}"
     start = [{"role": "user", "content": task["problem_description"]}]
     asked = played([question], 0)["dialogue_history"]
     asked += [{"role": "user", "content": frontend.embedded_reply(task, asked)}]
     assert [frontend.can_still_tell(task, start, r, False) for r in (question, draft, vague, page)] == [1, 1, 0, 0]
-    assert frontend.can_still_tell(task, asked, question, False) == 0  # colors and layout told already
+    assert frontend.can_still_tell(task, asked, question, False) == 0  # colors told already; layout departs not
     everything = played([f"What {words[0]}?" for words in frontend.TOPIC_WORDS.values()], 0)["dialogue_history"]
     everything += [{"role": "user", "content": frontend.embedded_reply(task, everything)}]
     assert frontend.can_still_tell(task, everything, page, False) is None
@@ -2980,6 +3001,11 @@ def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_p
                  pair(0, page, question), pair(1, vague, "What sections do you want?"),  # wrong
                  pair(1, question, vague)])  # alike: colors and layout were told at turn 0
     assert ranked_pairs(str(tmp_path / "policy"), str(scored)) == {"right": 3, "wrong": 2, "alike": 1}
+    # rules_order: every candidate pair of a state that the rules settle. Tells 1, 0, 1, 0: the critic orders the
+    # question over the vague one and the page, the draft over the vague one (right), the page over the draft (wrong).
+    write_jsonl(tmp_path / "policy" / "candidates.jsonl", [{"task_id": task["task_id"], "sample_idx": 0, "turn": 0,
+                "candidates": [question, vague, draft, page], "scores": [0.5, 0.1, 0.2, 0.4]}])
+    assert rules_order(str(tmp_path / "policy"), str(scored)) == [0.75, 4]
     # The table: a row per agent, the start's without differences; the room, the critic, the pairs.
     agents = ("zero-shot", "sweet")
     r = {"test_tasks": 2, "image_score": ["edge-color"], "test_dialogues": dict.fromkeys(agents, 4),
@@ -2988,13 +3014,15 @@ def test_frontend_table_counts_asking_first_pages_after_asking_and_the_critics_p
          "ask_first_share": dict.fromkeys(agents, 0.5), "show_first_share": dict.fromkeys(agents, 0.25),
          "after_asking": {"zero-shot": None, "sweet": [0.4, 2]},
          "at_once": dict.fromkeys(agents, [0.05, 2]), "subjects_told": dict.fromkeys(agents, 1.0),
+         "departures_told_share": {"zero-shot": 0.25, "sweet": 0.5}, "rules_order": [0.625, 40],
          "critic_with_c": {"pair_accuracy": 0.6, "ci95": [0.5, 0.7], "pairs": 50, "tasks": 10, "by_answer_length": 0.55},
          "sweet_pairs": {"right": 3, "wrong": 1, "alike": 5}, "stage_seconds": {"x": 60}}
     text = frontend_table(r)
-    assert "| starting policy (warm start) | 4 | 0.1000 | - | - | 50.0 | 25.0 | - | 0.0500 (2) | 1.00 |" in text
+    assert "| starting policy (warm start) | 4 | 0.1000 | - | - | 50.0 | 25.0 | - | 0.0500 (2) | 1.00 | 25.0 |" in text
     assert "| SWEET-RL | 4 | 0.2000 | +0.1000 [+0.0500, +0.1500] | 75.0 [50.0, 100.0] | 50.0 | 25.0 | 0.4000 (2) |" in text
     assert "0.600 [0.500, 0.700] on 50 pairs of 10 tasks; the longer final page orders 0.550" in text
     assert "3 chose the reply that can still tell more by the human's rules, 1 the one that tells less, 5 alike" in text
+    assert "turn order by the human's rules: 0.625 of 40 candidate pairs the rules settle" in text
 
 
 # ======================== 10. README.md and docs/: the map from the paper to the code, the departures

@@ -1,13 +1,14 @@
 """Frontend tasks: what the simulated human says about a page, and how a final page is scored.
 
 The embedded simulator (offline, deterministic) knows the facts of its reference page (`page_facts`:
-colors, layout, sections; colbench/page.py) and says each in one sentence that gives the value
+colors, accent, layout, sections; colbench/page.py) and says each in one sentence that gives the value
 as the page writes it (`fact_sentence`), so an agent can copy it into its page. Asked about subjects,
-at most MAX_TOPICS_PER_QUESTION at once (a question naming more is asked to name fewer), it tells those.
-Shown a page, it reads the page's facts the same way and names the subjects that differ from its
-own, most outstanding first (DIFFERENCE_ORDER), at most MAX_DIFFERENCES a turn, in the same sentences.
-A turn with neither (a request for "any details", "what should it look like?") gets NOTHING_ASKED, as
-the backend human's "I don't know": what to ask is the skill.
+at most MAX_TOPICS_PER_QUESTION at once (a question naming more is asked to name fewer), it tells those,
+the kind's default values too where the task does not depart from them (a turn spent). Shown a page, it
+reads the page's facts the same way and names the subject that differs most outstandingly (DIFFERENCE_ORDER),
+MAX_DIFFERENCES a turn, in the same sentences. A turn with neither (a request for "any details", "what
+should it look like?") gets NOTHING_ASKED, as the backend human's "I don't know". The request hints at
+the subjects the task departs in (HINTS): which to ask about is the skill.
 
 The vision-endpoint simulator sends both screenshots to an OpenAI-compatible chat server as
 image data URLs, with the prompt below.
@@ -30,11 +31,11 @@ import numpy
 from PIL import Image
 
 from colbench.env import ANSWER_MARKER, html_page
-from colbench.page import LAYOUTS
+from colbench.page import LAYOUTS, SUBJECTS
 from colbench.render import failed_image, render, render_many
 
 MAX_REPLY_CHARS = 1000
-MAX_DIFFERENCES = 2     # the human names at most this many differences per turn
+MAX_DIFFERENCES = 1     # the human names at most this many differences per turn
 NO_PAGE = "You didn't show me a page this time, so I can't compare."
 NOTHING_ASKED = NO_PAGE + " And I can't tell which part of the page you are asking about."
 TOO_MANY_TOPICS = "You are asking about many things at once; ask me about one or two of them."
@@ -113,25 +114,40 @@ def page_facts(page):
     def first(selectors, prop):
         return next((rules[s][prop] for s in selectors if rules.get(s, {}).get(prop)), None)
     colors = {"background": first(["body"], "background") or first(["body"], "background-color"),
-              "text": first(["body"], "color"), "accent": first(["h2", "a"], "color"),
-              "band": first(["header", ".sidebar>div", "aside", ".hero"], "background")}
+              "text": first(["body"], "color")}
+    accent = first(["h2", "header"], "background") or first(["h2", "a"], "color")
     layout = parser.classes.get("body", "")
     if layout not in LAYOUTS:
         layout = ("sidebar" if "aside" in parser.tags else "hero" if ".hero" in rules
                   else "cards" if re.search(r"grid-template-columns|columns:", " ".join(parser.css)) else "single")
-    return {"colors": {part: color for part, color in colors.items() if color}, "layout": layout,
-            "sections": parser.headings["h2"]}
+    facts = {"colors": {part: color for part, color in colors.items() if color}, "accent": accent, "layout": layout,
+             "sections": parser.headings["h2"]}
+    return {topic: value for topic, value in facts.items() if value is not None}
 
 
 # ---------------------------------------------------------------- the human's sentences, and reading them back
 
 TOPIC_WORDS = {"colors": ("color", "colour", "palette", "background", "theme"),
+               "accent": ("accent", "highlight"),
                "layout": ("layout", "laid out", "structure", "arrange"),
                "sections": ("section", "content", "parts", "menu")}
+ACCENT_COLOR = re.compile(r"(accent|highlight)\s+colou?rs?")  # names the accent, not the page's colors
 SENTENCES = {  # topic -> (how the human says its value, the pattern that reads it back)
     "colors": ("Colors: {}.", r"Colors: ((?:\w+ [^,.\s]+(?:, )?)+)\."),
+    "accent": ("Accent: {}.", r"Accent: ([\w#-]+)\."),
     "layout": ("Layout: {} ({}).", r"Layout: (\w+) \("),
     "sections": ("Sections, in this order: {}.", r"Sections, in this order: ([^.]+)\."),
+}
+# subject -> how a request hints that the task departs from its kind's default there, never at the value
+HINTS = {
+    "colors": ["I have my own colors in mind for the page.", "The background and text colors matter to me.",
+               "I'd like the page in colors of my choosing."],
+    "accent": ["I'm particular about the accent color.", "I have an accent color in mind.",
+               "The accent color matters to me."],
+    "layout": ["I have a particular layout in mind.", "The way the page is laid out matters to me.",
+               "I want a layout of my own."],
+    "sections": ["I know which sections I want, and in what order.", "The sections and their order matter to me.",
+                 "I have my own list of sections in mind."],
 }
 
 
@@ -142,7 +158,7 @@ def fact_sentence(topic, value):
         return template.format(", ".join(f"{part} {color}" for part, color in value.items()))
     if topic == "sections":
         return template.format(", ".join(value))
-    return template.format(value, LAYOUTS.get(value, "?"))
+    return template.format(value, LAYOUTS.get(value, "?")) if topic == "layout" else template.format(value)
 
 
 def read_facts(text):
@@ -157,16 +173,29 @@ def read_facts(text):
     return facts
 
 
+def departures(task):
+    """The subjects in which the task's page departs from its kind's default page (`departures`, as
+    colbench/tasks/frontend.py draws them); a page of no such task: every subject."""
+    return task.get("departures") or [topic for topic in SUBJECTS if topic in reference_facts(task)]
+
+
 def page_summary(task):
-    """Everything the human can tell about the page it has in mind: each topic's fact_sentence, in page_facts'
-    order."""
-    return " ".join(fact_sentence(topic, value) for topic, value in reference_facts(task).items())
+    """c, with --page-facts: what departs from the kind's default page, as the human tells it (fact_sentence of
+    each departure)."""
+    facts = reference_facts(task)
+    return " ".join(fact_sentence(topic, facts[topic]) for topic in departures(task))
 
 
 def topics_asked(message):
-    """The topics whose words `message` holds, in TOPIC_WORDS' order."""
+    """The topics whose words `message` holds, in TOPIC_WORDS' order ("accent color" names the accent alone)."""
     message = message.lower()
-    return [topic for topic, words in TOPIC_WORDS.items() if any(word in message for word in words)]
+    words_of = {"colors": ACCENT_COLOR.sub("", message)}
+    return [topic for topic, words in TOPIC_WORDS.items() if any(w in words_of.get(topic, message) for w in words)]
+
+
+def hinted_subjects(request):
+    """The subjects whose HINTS the request holds, in SUBJECTS' order."""
+    return [topic for topic in SUBJECTS if any(hint in request for hint in HINTS[topic])]
 
 
 def as_shown(task, page):
@@ -200,11 +229,11 @@ def can_still_tell(task, history, reply, last_turn):
     page 1; a question 0, or None after a page was shown (that page is the answer). Before it, 1 for a question
     naming an untold subject (MAX_TOPICS_PER_QUESTION at most) or a page shown with the dialogue going on; 0 for
     a question naming no untold subject (or too many subjects) or an answer written while a subject is untold;
-    None for an answer with every subject told."""
+    None for an answer with every subject told. The subjects that count: those the task departs in."""
     if last_turn:
         shown_before = any(html_page(turn["content"]) for turn in history if turn["role"] == "assistant")
         return 1 if html_page(reply) is not None else None if shown_before else 0
-    untold = set(reference_facts(task)) - set(topics_told(task, history))
+    untold = set(departures(task)) - set(topics_told(task, history))
     if html_page(reply) is not None:
         return 1 if ANSWER_MARKER not in reply else 0 if untold else None
     asked = topics_asked(reply)
@@ -213,12 +242,12 @@ def can_still_tell(task, history, reply, last_turn):
 
 # ---------------------------------------------------------------- the embedded human
 
-DIFFERENCE_ORDER = ("colors", "layout", "sections")  # most outstanding first: harness/room.py measures it
+DIFFERENCE_ORDER = ("layout", "colors", "sections", "accent")  # most outstanding first: harness/room.py measures it
 
 
 def describe_differences(reference_page, agent_page):
-    """What the human says of `agent_page`: the fact sentences of the subjects whose values differ from the
-    reference page's, at most MAX_DIFFERENCES, most outstanding first; LOOKS_RIGHT when none differs."""
+    """What the human says of `agent_page`: the fact sentence of the subjects whose values differ from the
+    reference page's, MAX_DIFFERENCES of them, most outstanding first; LOOKS_RIGHT when none differs."""
     want, have = page_facts(reference_page), page_facts(agent_page)
     differing = [topic for topic in DIFFERENCE_ORDER if topic in want and want[topic] != have.get(topic)]
     return " ".join(fact_sentence(t, want[t]) for t in differing[:MAX_DIFFERENCES]) or LOOKS_RIGHT

@@ -1,33 +1,31 @@
 """The one page template of the embedded frontend tasks: the facts a person can tell, and the page they fill.
 
-A page is decided by three facts, each a value in one slot of TEMPLATE:
-    colors    four CSS color names in the :root line (background, text, accent, band)
+A page is decided by four subjects (SUBJECTS), each a value in one slot of TEMPLATE:
+    colors    the page's background and text colors, two CSS color names in the :root line
+    accent    one CSS color name in the :root line: the header, the section headings' bars, borders and boxes
     layout    the <body> class: single, hero, sidebar or cards
     sections  which section kinds appear, and in what order (SECTIONS: each kind has one fixed title and body)
-Everything else is fixed, the same in every task: each section's body, and STYLE, the site's shared style
-sheet, which each task carries as its `stylesheet` and the renderer puts ahead of every page of the task (as
-a linked CSS file), so that a page holds only its facts. The title is the business's name, which the request
-gives. So a page with every fact right is the reference page itself, and what nobody tells never decides a
-score.
+Each kind of site has a default page (DEFAULTS): what a script that asks nothing writes for it. A task's page
+departs from its kind's default in a few subjects (colbench/tasks/frontend.py). Everything else is fixed, the
+same in every task: each section's body, and STYLE, the site's shared style sheet, which each task carries as
+its `stylesheet` and the renderer puts ahead of every page of the task (as a linked CSS file), so that a page
+holds only its facts. The title is the business's name, which the request gives. So a page with every subject
+right is the reference page itself, and what nobody tells never decides a score.
 """
 
-# name -> (background, text, accent, band), as CSS color names: the accent colors headings and boxes, the band
-# the header (a banner in the hero layout, a column in the sidebar one).
+# name -> (background, text): the page's colors, as CSS color names; light backgrounds, then dark ones.
 PALETTES = {
-    "cream and brown": ("linen", "saddlebrown", "chocolate", "burlywood"),
-    "navy and gold": ("navy", "white", "gold", "goldenrod"),
-    "forest green": ("honeydew", "darkgreen", "forestgreen", "lightgreen"),
-    "charcoal and orange": ("black", "white", "orange", "dimgray"),
-    "white and teal": ("white", "darkslategray", "teal", "paleturquoise"),
-    "blush pink": ("lavenderblush", "maroon", "palevioletred", "pink"),
-    "sky blue": ("aliceblue", "midnightblue", "royalblue", "lightskyblue"),
-    "lavender": ("lavender", "indigo", "mediumpurple", "thistle"),
-    "sand and terracotta": ("wheat", "sienna", "firebrick", "tan"),
-    "black and lime": ("black", "white", "lime", "darkolivegreen"),
-    "slate and red": ("gainsboro", "black", "crimson", "slategray"),
-    "mint and plum": ("mintcream", "darkslategray", "purple", "plum"),
+    "cream and brown": ("linen", "saddlebrown"), "forest green": ("honeydew", "darkgreen"),
+    "white and slate": ("white", "darkslategray"), "blush pink": ("lavenderblush", "maroon"),
+    "sky blue": ("aliceblue", "midnightblue"), "lavender": ("lavender", "indigo"), "sand": ("wheat", "sienna"),
+    "slate": ("gainsboro", "black"), "mint": ("mintcream", "darkslategray"),
+    "navy and white": ("navy", "white"), "charcoal": ("black", "white"), "midnight": ("midnightblue", "ivory"),
+    "deep green": ("darkgreen", "white"), "plum": ("indigo", "white"), "wine": ("maroon", "white"),
 }
-COLOR_PARTS = ("background", "text", "accent", "band")
+DARK = {"navy and white", "charcoal", "midnight", "deep green", "plum", "wine"}
+ACCENTS = ("chocolate", "gold", "forestgreen", "orange", "teal", "palevioletred", "royalblue", "mediumpurple",
+           "firebrick", "crimson", "purple", "lime")
+COLOR_PARTS = ("background", "text")
 # What each value of a slot looks like, in the words the human adds after it.
 LAYOUTS = {"single": "one column", "hero": "a tall banner with the title on top",
            "sidebar": "the title in a band down the left side", "cards": "the sections in two columns"}
@@ -43,23 +41,44 @@ SECTIONS = {
     "contact": ("Contact", "<form><input><button>Send</button></form>"),
 }
 TITLES = {title: kind for kind, (title, _) in SECTIONS.items()}
+SUBJECTS = ("colors", "accent", "layout", "sections")
 
-# The page with nothing told: what a script writes for any task (the generic page).
-GENERIC_FACTS = {"colors": dict(zip(COLOR_PARTS, ("white", "black", "blue", "lightgray"))), "layout": "single",
-                 "sections": ["About Us", "Services", "Contact"]}
 
-STYLE = ("body{margin:0;background:var(--background);color:var(--text)}h2,b{color:var(--accent)}"
-         "header{background:var(--band);padding:20px}main{padding:20px}.hero header{padding:90px}"
-         ".sidebar{display:flex}.cards main{columns:2}main>*{border:4px solid var(--accent);margin:0;padding:20px}"
+def facts(palette, accent, layout, sections):
+    """A page's facts: {subject: value}, the colors from PALETTES' `palette`."""
+    return {"colors": dict(zip(COLOR_PARTS, PALETTES[palette])), "accent": accent, "layout": layout,
+            "sections": list(sections)}
+
+
+# kind of site -> its default page: what a script that asks nothing writes for a site of that kind.
+DEFAULTS = {
+    "bakery": facts("cream and brown", "chocolate", "hero", ["About Us", "Gallery", "Hours", "Contact"]),
+    "law firm": facts("navy and white", "gold", "single", ["About Us", "Services", "Our Team", "Contact"]),
+    "hiking club": facts("forest green", "forestgreen", "cards", ["About Us", "Gallery", "Reviews", "FAQ"]),
+    "dental clinic": facts("white and slate", "teal", "single", ["Services", "Hours", "FAQ", "Contact"]),
+    "yoga studio": facts("lavender", "mediumpurple", "hero", ["About Us", "Hours", "Our Team", "Reviews"]),
+    "bookstore": facts("sand", "firebrick", "sidebar", ["About Us", "Reviews", "Hours", "Contact"]),
+    "coffee shop": facts("charcoal", "orange", "cards", ["Hours", "Gallery", "Reviews", "Contact"]),
+    "gym": facts("slate", "crimson", "sidebar", ["Services", "Our Team", "Hours", "FAQ"]),
+}
+
+STYLE = ("body{margin:0;background:var(--background);color:var(--text)}b{color:var(--accent)}"
+         "h2{background:var(--accent);color:var(--background);margin:0;padding:12px}"
+         "header{background:var(--accent);padding:20px}main{padding:20px}.hero header{padding:90px}"
+         ".sidebar{display:flex}.cards main{columns:2}main>*{border:8px solid var(--accent);margin:0;padding:20px}"
          ".box{background:var(--accent);height:120px}")
 TEMPLATE = ("<html><style>:root{{{colors}}}</style>\n"
             '<body class="{layout}"><header><h1>{title}</h1></header><main>\n{sections}</main></body></html>')
 
+
+def default_facts(task):
+    """The default page's facts of the task's kind of site (`site`); a task of no known kind: the law firm's."""
+    return DEFAULTS.get(task.get("site"), DEFAULTS["law firm"])
+
+
 def build_page(facts, title):
-    """The page of `facts` ({"colors", "layout", "sections"}; GENERIC_FACTS' values for what is
-    missing) under `title`. Sections whose title is not a SECTIONS title are left out."""
-    facts = {**GENERIC_FACTS, **facts}
-    colors = ";".join(f"--{part}:{facts['colors'].get(part, GENERIC_FACTS['colors'][part])}" for part in COLOR_PARTS)
-    titles = [t for t in facts["sections"] if t in TITLES]
-    sections = "".join(f"<h2>{t}</h2>{SECTIONS[TITLES[t]][1]}\n" for t in titles)
+    """The page of `facts` (every subject of SUBJECTS) under `title`. Sections whose title is not a SECTIONS title
+    are left out."""
+    colors = ";".join(f"--{part}:{facts['colors'][part]}" for part in COLOR_PARTS) + f";--accent:{facts['accent']}"
+    sections = "".join(f"<h2>{t}</h2>{SECTIONS[TITLES[t]][1]}\n" for t in facts["sections"] if t in TITLES)
     return TEMPLATE.format(colors=colors, layout=facts["layout"], title=title, sections=sections)

@@ -3,8 +3,7 @@ embedded human, and what asking about each subject it holds gets.
 
     python rollout.py runs/demo/test_tasks.jsonl --agent scripted:fixed --max-turns 3
     python rollout.py runs/demo/test_tasks.jsonl --agent scripted:by-subject --max-turns 3
-    python rollout.py colbench/tasks/frontend_test.jsonl --agent scripted:page-at-once --samples 1
-    python rollout.py colbench/tasks/frontend_test.jsonl --agent scripted:ask-then-write --samples 1
+    python rollout.py colbench/tasks/frontend_test.jsonl --agent scripted:hint-reader --samples 1 --max-turns 2
 
 Backend. scripted:fixed sends one request that names nothing of the task, every turn but the last;
 scripted:by-subject reads the task's hidden facts (it cheats: no agent can) and asks for the first
@@ -13,29 +12,29 @@ fact was told, or at their last turn, and write code as an oracle would: the ref
 every fact was told, else a function that returns None. Their success is the share of dialogues that
 drew every hidden fact: the asking alone, with the coding taken out.
 
-Frontend. Every page has the same subjects (colbench/page.py: colors, layout, sections), so asking
-needs no cheat, and the human's sentences can be copied (colbench/frontend.py read_facts). Each script
-writes colbench/page.py's template under the name the request gives, with what the human told and the
-generic page's values (GENERIC_FACTS) for the rest. scripted:page-at-once writes the generic page at its
-first turn; scripted:ask-then-write asks about two subjects per turn (ASKED_TOPICS), then writes;
-scripted:draft-then-fix shows the generic page, then each turn the page with what the human named
-changed, and writes when the human says it looks right or at its last turn.
+Frontend. Every page has the same subjects (colbench/page.py: colors, accent, layout, sections), and the
+human's sentences can be copied (colbench/frontend.py read_facts). Each script writes colbench/page.py's
+template under the name the request gives, with what the human told and its kind's default page (DEFAULTS)
+for the rest. scripted:default-at-once writes the default page at its first turn; scripted:fixed-asker asks
+about every subject in one fixed order (FIXED_ORDER, most outstanding first), two a turn, then writes;
+scripted:draft-then-fix shows the default page, then each turn the page with what the human named changed,
+and writes when the human says it looks right or at its last turn; scripted:hint-reader asks about the
+subjects the request hints at (hinted_subjects), two a turn, then writes.
 """
 import re
 
 from colbench.data import task_kind
 from colbench.env import ANSWER_MARKER
-from colbench.frontend import LOOKS_RIGHT, facts_heard, parsed, topics_told
+from colbench.frontend import DIFFERENCE_ORDER, LOOKS_RIGHT, facts_heard, hinted_subjects, parsed, topics_told
 from colbench.models import Reply
-from colbench.page import build_page
+from colbench.page import build_page, default_facts
 from colbench.simulators import facts_told, hidden_facts, stem, subjects
 
 AGENTS = {"scripted:fixed": "backend", "scripted:by-subject": "backend",
-          "scripted:page-at-once": "frontend", "scripted:ask-then-write": "frontend",
-          "scripted:draft-then-fix": "frontend"}  # name -> the tasks it plays
+          "scripted:default-at-once": "frontend", "scripted:fixed-asker": "frontend",
+          "scripted:draft-then-fix": "frontend", "scripted:hint-reader": "frontend"}  # name -> the tasks it plays
 FIXED_REQUEST = "Could you tell me more about what you need?"
-# What scripted:ask-then-write asks, a turn per pair: every subject in two turns.
-ASKED_TOPICS = [("colors", "layout"), ("sections",)]
+FIXED_ORDER = DIFFERENCE_ORDER  # what scripted:fixed-asker asks, two a turn: the subjects whose departure costs most
 SHOW_DRAFT = "Here is a draft: {} What should change?"
 
 
@@ -93,11 +92,13 @@ class ScriptedAgent:
         return f"Could you tell me about the {' '.join(subject_words(untold, facts))}?"
 
     def page_reply(self, task, dialogue, replied):
-        page = build_page(facts_heard(dialogue), request_title(task) or "Welcome")
+        page = build_page({**default_facts(task), **facts_heard(dialogue)}, request_title(task) or "Welcome")
         last = replied == self.max_turns - 1
         looks_right = replied > 0 and dialogue[-1]["content"].startswith(LOOKS_RIGHT)  # the human's latest reply
-        if self.name == "scripted:ask-then-write" and replied < len(ASKED_TOPICS) and not last:
-            return page_question(ASKED_TOPICS[replied])
+        asked = {"scripted:fixed-asker": FIXED_ORDER, "scripted:hint-reader": hinted_subjects(dialogue[0]["content"])}
+        subjects = asked.get(self.name, [])[2 * replied: 2 * replied + 2]  # two a turn
+        if subjects and not last:
+            return page_question(subjects)
         if self.name == "scripted:draft-then-fix" and not last and not looks_right:
             return SHOW_DRAFT.format(page)
         return f"{ANSWER_MARKER}\n{page}"

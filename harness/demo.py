@@ -26,7 +26,7 @@ import rollout
 from colbench.cli import fraction
 from colbench.data import load_tasks, load_trajectories, read_jsonl, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER, html_page, turn_budget, turn_states
-from colbench.frontend import can_still_tell, task_outcomes, topics_told
+from colbench.frontend import can_still_tell, departures, task_outcomes, topics_told
 from colbench.simulators import facts_told, hidden_facts
 from colbench.stats import bootstrap_mean_ci, pair_outcomes
 from harness import baselines, judge
@@ -39,7 +39,8 @@ from harness import baselines, judge
 SETTINGS = dict(
     model="embedded", warm_samples=2, rl_tasks=45, samples=5, test_samples=7, validation_samples=10,
     max_turns=3, max_new_tokens=64, temperature=0.7, warm_lr=1e-4, warm_batch_size=8,
-    critic_epochs=1, critic_lr=1e-4, trajectory_score="token-mean", critic_max_length=1024, critic_pairing="all",
+    critic_head="log-ratio", critic_beta=0.1, critic_epochs=1, critic_lr=1e-4, trajectory_score="token-mean",
+    critic_max_length=1024, critic_pairing="all",
     candidates=6, pairs_per_turn=2, policy_lr=1e-5, beta=0.1, nll_coef=1.0, lr_schedule="constant",
     demo_fraction=0.2,         # of the offline trajectories whose turn states SWEET-RL ranks: its time budget
     experiment_fraction=0.2,   # every trained agent of the experiment (--data-fraction)
@@ -48,7 +49,8 @@ SETTINGS = dict(
 # The experiment's agents: a SWEET-RL variant names the critic that ranks its candidates ("random": scores
 # drawn at random); the controls rank the candidates SWEET-RL sampled. A baseline names its baselines.py method.
 SWEET_VARIANTS = {"sweet": "critic_with_c", "sweet-random-critic": "random",
-                  "sweet-no-solution": "critic_no_solution", "sweet-no-normalize": "critic_no_normalize"}
+                  "sweet-no-solution": "critic_no_solution", "sweet-no-normalize": "critic_no_normalize",
+                  "sweet-value-head": "critic_value_head"}
 BASELINES = ("mt-dpo", "rft")
 # The scripted agents (colbench/scripted.py), played on the test tasks beside the agents: oracle coders, so
 # their success is the share of dialogues that drew every hidden fact.
@@ -57,26 +59,24 @@ NAMES = {"script-fixed": "script: one general request, repeated", "script-by-sub
          "script: asks for each fact by its subject", "zero-shot": "starting policy (warm start)", "sweet": "SWEET-RL",
          "mt-dpo": "Multi-Turn DPO",
          "rft": "Rejection Fine-Tuning", "sweet-random-critic": "SWEET-RL, candidates ranked at random",
-         "sweet-no-solution": "SWEET-RL, critic without c", "sweet-no-normalize": "SWEET-RL, critic w/o normalization"}
-CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"]}
+         "sweet-no-solution": "SWEET-RL, critic without c", "sweet-no-normalize": "SWEET-RL, critic w/o normalization",
+         "sweet-value-head": "SWEET-RL, critic with a value head (Table 3's regression head)"}
+# The value head's loss has no β (the official qwen_rm_trainer.py: −log σ(chosen − rejected)): β 1.
+CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"],
+           "critic_value_head": ["--head", "value", "--beta", "1"]}
 # The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the screenshots'
-# edge-color score. Pages are longer than functions: fewer dialogues, longer replies, a longer critic view.
-# The warm start's learning rate and batch (2e-4, 4 dialogues a step: 15 steps) were chosen on the frontend
-# validation tasks after the benchmark's redesign (colbench/page.py; docs/RESULTS.md): at 1e-4 and 8 a step the
-# start had not learned the template. c as the page's facts and SWEET-RL on a tenth of the offline dialogues
-# come from the validation before the redesign (docs/NOTEBOOK.md); the policy's learning rate is the backend's;
-# the critic's two epochs were set by hand after one left its loss near log 2; its pairs are the official
-# frontend rule's (two dialogues of a task whose scores are at least 0.1 apart). A page is at most 188 tokens (the
-# site's style sheet is not in it): 256 new tokens hold one. Four turns: three questions of one subject each can
-# tell a page's three subjects before the last turn writes it (in three turns, only a question of two could).
-# The pairing and the four turns were set by hand from the three-turn run's data, not chosen on validation.
-# The paper's trajectory score (turn-sum) ordered a turn's candidates better on the training tasks' offline
-# dialogues, but ranked held-out pairs below the bar (0.717) and SWEET-RL gained no more with it (docs/RESULTS.md):
-# the official mean over tokens stays.
+# edge-color score. Two turns: a task departs from its kind's default page in two of four subjects, the request
+# hints at both, and one question naming two subjects can tell them (colbench/page.py, colbench/tasks/frontend.py).
+# The critic is the paper's frontend critic, a value head (critic.py --head value; its loss has no β, as the
+# official trainer's), on c as the page's departures in the human's words (page_facts), its pairs the official
+# frontend rule's (two dialogues of a task whose scores are at least 0.1 apart); its epochs and learning rate were
+# chosen on a validation split of the RL training tasks (docs/RESULTS.md). The warm start's learning rate and batch
+# come from the frontend validation before this redesign (docs/NOTEBOOK.md); the policy's learning rate is the
+# backend's. A page is at most ~190 tokens (the site's style sheet is not in it): 256 new tokens hold one.
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=1, warm_lr=2e-4, warm_batch_size=4, rl_tasks=24, samples=4,
-                test_samples=3, max_turns=4, max_new_tokens=256, critic_epochs=2, critic_max_length=2048,
-                critic_pairing="official", page_facts=True, demo_fraction=0.1, candidates=4, batch_size=128)
-
+                test_samples=3, max_turns=2, max_new_tokens=256, critic_head="value", critic_beta=1.0,
+                critic_epochs=4, critic_lr=1e-4, critic_max_length=2048, critic_pairing="official", page_facts=True,
+                demo_fraction=0.25, candidates=4, batch_size=128)
 
 PARSERS = {"rollout.py": rollout.parser, "critic.py": critic_stage.parser, "policy.py": policy_stage.parser,
            "harness.baselines": baselines.parser, "harness.judge": judge.parser}
@@ -158,7 +158,8 @@ def shared_steps(run, s, critics, kind="backend"):
               done_when=run.path("warmstart.traj.jsonl"))
     run.stage("warm start", "-m", "harness.baselines", run.path("warmstart.traj.jsonl"), "--method", "sft",
               *differing("harness.baselines", model=s["model"], lr=s["warm_lr"],
-                         batch_size=s["warm_batch_size"], fast=True), "--out", run.path("warm"), done_when=run.path("warm"))
+                         batch_size=s["warm_batch_size"], fast=True), "--out", run.path("warm"),
+              done_when=run.path("warm"))
     run.stage("offline rollouts", "rollout.py", run.path("train_tasks.jsonl"), "--agent", run.path("warm"),
               *differing("rollout.py", samples=s["samples"], max_turns=s["max_turns"], **sampling(s),
                          batch_size=s["batch_size"], fast=True),
@@ -172,8 +173,8 @@ def shared_steps(run, s, critics, kind="backend"):
 def train_critic(run, s, name, folder, flags=()):
     """critic.py on the run's offline data, from the starting policy, half of the paired tasks held out."""
     run.stage(name, "critic.py", run.path("train.scored.jsonl"), "--model", run.path("warm"), "--out", folder,
-              *differing("critic.py", epochs=s["critic_epochs"], lr=s["critic_lr"],
-                         trajectory_score=s["trajectory_score"], max_length=s["critic_max_length"],
+              *differing("critic.py", head=s["critic_head"], beta=s["critic_beta"], epochs=s["critic_epochs"],
+                         lr=s["critic_lr"], trajectory_score=s["trajectory_score"], max_length=s["critic_max_length"],
                          pairing=s["critic_pairing"], page_facts=s.get("page_facts", False), fast=True),
               *flags, done_when=folder)
 
@@ -510,34 +511,39 @@ def validate(run, s):
     print(f"\nvalidation finished; everything is in {val.folder}/\n\n{text}")
 
 
-# The frontend scripts (colbench/scripted.py), played beside the agents: a generic page at once, a page written
-# from the answers to questions about every subject, and a generic draft fixed as the human says. The gap between
-# the first and the others is what collaborating is worth here.
-FRONTEND_SCRIPTS = {"script-page-at-once": "scripted:page-at-once", "script-ask-then-write": "scripted:ask-then-write",
-                    "script-draft-then-fix": "scripted:draft-then-fix"}
-NAMES.update({"script-page-at-once": "script: a generic page at once",
-              "script-ask-then-write": "script: asks about each subject, then writes",
-              "script-draft-then-fix": "script: shows a generic draft, then fixes what the human names"})
+# The frontend scripts (colbench/scripted.py), played beside the agents: the kind's default page at once, fixed
+# questions, a default draft fixed as the human says, and questions about what the request hints at. The gap
+# between the hint reader and the fixed scripts is what reading the task is worth here.
+FRONTEND_SCRIPTS = {"script-default-at-once": "scripted:default-at-once", "script-fixed-asker": "scripted:fixed-asker",
+                    "script-draft-then-fix": "scripted:draft-then-fix", "script-hint-reader": "scripted:hint-reader"}
+NAMES.update({"script-default-at-once": "script: the kind's default page at once",
+              "script-fixed-asker": "script: asks about the subjects in one fixed order, then writes",
+              "script-draft-then-fix": "script: shows the default page, then fixes what the human names",
+              "script-hint-reader": "script: asks about the subjects the request hints at, then writes",
+              "sweet-no-solution": "SWEET-RL, critic without c"})
 
 
 def page_asking(trajectories):
     """How an agent came to its pages: the shares of dialogues that asked first (a first reply with no page,
     and the dialogue goes on), that showed a page first (a first reply with a page, and the dialogue goes on),
     and either (collaborated before its last turn); the pages' mean score after asking and written at once
-    ([mean, dialogues]; None when none), and the mean number of subjects the human told before the end."""
+    ([mean, dialogues]; None when none), the mean number of subjects the human told before the end, and the
+    share of dialogues in which the human told every departure of the task before the final page."""
     groups = {"after_asking": [], "at_once": []}
-    told, showed = [], 0
+    told, showed, departures_told = [], 0, 0
     for t in trajectories:
         replies = [turn["content"] for turn in t["dialogue_history"] if turn["role"] == "assistant"]
         asked = len(replies) > 1 and html_page(replies[0]) is None
         showed += len(replies) > 1 and html_page(replies[0]) is not None
         groups["after_asking" if asked else "at_once"].append(t["reward"])
-        told.append(len(topics_told(t["task"], t["dialogue_history"])))
+        heard = topics_told(t["task"], t["dialogue_history"])
+        told.append(len(heard))
+        departures_told += set(departures(t["task"])) <= set(heard)
     return {"ask_first_share": len(groups["after_asking"]) / len(trajectories),
             "show_first_share": showed / len(trajectories),
             "collaborate_first_share": (len(groups["after_asking"]) + showed) / len(trajectories),
             **{name: [sum(v) / len(v), len(v)] if v else None for name, v in groups.items()},
-            "subjects_told": sum(told) / len(told)}
+            "subjects_told": sum(told) / len(told), "departures_told_share": departures_told / len(trajectories)}
 
 
 def length_pair_accuracy(metrics, scored_path):
@@ -565,17 +571,78 @@ def ranked_pairs(policy_folder, scored_path):
     return counts
 
 
+def rules_order(policy_folder, scored_path):
+    """The critic's turn order by the human's rules: of each turn state's candidate pairs (candidates.jsonl) that
+    `can_still_tell` settles, the share that the critic's scores order the rules' way (ties half), and their count."""
+    states = {policy_stage.state_key(state): state for state in turn_states(load_trajectories(scored_path))}
+    outcomes = []
+    for _, row in read_jsonl(os.path.join(policy_folder, "candidates.jsonl"), allow_empty=True):
+        trajectory, turn, history = states[row["task_id"], row["sample_idx"], row["turn"]]
+        last_turn = turn == turn_budget(trajectory) - 1
+        tells = [can_still_tell(trajectory["task"], history, reply, last_turn) for reply in row["candidates"]]
+        for i, j in ((i, j) for i in range(len(tells)) for j in range(i + 1, len(tells))):
+            if None not in (tells[i], tells[j]) and tells[i] != tells[j]:
+                outcomes += pair_outcomes([(row["scores"][i] - row["scores"][j]) * (tells[i] - tells[j])])
+    return [sum(outcomes) / max(1, len(outcomes)), len(outcomes)]
+
+
 def frontend_run(run, s):
     """The chain on frontend tasks: the warm start on scripted dialogues of training tasks, offline data on
-    other training tasks, the critic with c (with FRONTEND's page_facts, the reference page's facts), SWEET-RL;
-    then both agents and both scripts on the test tasks: the mean image score, each one's paired difference
-    from the start and win rate, how often each asks before writing and what its pages score after asking
-    and at once. The stages keep their screenshots in the run's screenshots/ folder, each for the next
-    (colbench/render.py): a test task's reference page is rendered once, not once per agent."""
+    other training tasks, the critic with c (with FRONTEND's page_facts, the page's departures), SWEET-RL;
+    then both agents and the scripts on the test tasks: the mean image score, each one's paired difference
+    from the start and win rate, how often each asks before writing, what its pages score after asking and at
+    once, and how often the human told every departure. The stages keep their screenshots in the run's
+    screenshots/ folder, each for the next (colbench/render.py): a reference page is rendered once."""
     os.environ.setdefault("COLBENCH_SCREENSHOTS", run.path("screenshots"))
     shared_steps(run, s, ["critic_with_c"], kind="frontend")
     train_agent(run, s, "sweet", run.path("policy_sweet"), s["demo_fraction"], critic=run.path("critic_with_c"))
     agents = {**FRONTEND_SCRIPTS, "zero-shot": run.path("warm"), "sweet": run.path("policy_sweet")}
+    results = frontend_results(run, s, agents)
+    with open(run.path("results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    text = frontend_table(results) + "\n\n" + dialogues(run, ["zero-shot", "sweet"], chars=600)
+    with open(run.path("results.md"), "w") as f:
+        f.write(text + "\n")
+    print(f"\nfrontend run finished; everything is in {run.folder}/ (report.html: pages as screenshots)\n\n{text}")
+
+
+def frontend_experiment(run, s):
+    """The frontend run, then SWEET-RL with the critic trained without c ranking the same candidates, in
+    runs/frontend/experiment: its paired difference from SWEET-RL with c, on the same test dialogues."""
+    frontend_run(run, s)
+    exp = Run(run.path("experiment"))
+    train_critic(run, s, "critic_no_solution", run.path("critic_no_solution"), CRITICS["critic_no_solution"])
+    train_agent(run, s, "sweet-no-solution", exp.path("policy_sweet-no-solution"), s["demo_fraction"],
+                critic=run.path("critic_no_solution"), sampled=run.path("policy_sweet", "candidates.jsonl"))
+    play(exp, s, "sweet-no-solution", exp.path("policy_sweet-no-solution"), run.path("test_tasks.jsonl"),
+         s["test_samples"], "test_sweet-no-solution")
+    results = json.load(open(run.path("results.json")))
+    mine, theirs = ({critic_stage.trajectory_id(t): t["reward"] for t in load_trajectories(path)} for path in
+                    (exp.path("test_sweet-no-solution.scored.jsonl"), run.path("test_sweet.scored.jsonl")))
+    metrics = json.load(open(run.path("critic_no_solution", "metrics.json")))
+    results["without_c"] = {"mean_score": sum(mine.values()) / len(mine), "dialogues": len(mine),
+                            "minus_with_c": paired_difference(mine, theirs),
+                            "departures_told_share": page_asking(load_trajectories(
+                                exp.path("test_sweet-no-solution.scored.jsonl")))["departures_told_share"],
+                            "critic_pair_accuracy": [metrics["after"]["pair_accuracy"], *metrics["after"][
+                                "pair_accuracy_ci95"], metrics["eval_pairs"]],
+                            "rules_order": rules_order(exp.path("policy_sweet-no-solution"),
+                                                       run.path("train.scored.jsonl"))}
+    with open(exp.path("results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    w = results["without_c"]
+    text = (f"SWEET-RL with the critic without c: mean image score {w['mean_score']:.4f} ({w['dialogues']} dialogues), "
+            "minus SWEET-RL with c: {:+.4f} [{:+.4f}, {:+.4f}]; ".format(*w["minus_with_c"])
+            + f"every departure told {pct(w['departures_told_share'])}%; its critic: held-out pair accuracy "
+            f"{w['critic_pair_accuracy'][0]:.3f} on {w['critic_pair_accuracy'][3]} pairs, turn order by the rules "
+            f"{w['rules_order'][0]:.3f} of {w['rules_order'][1]} candidate pairs")
+    with open(exp.path("results.md"), "w") as f:
+        f.write(text + "\n")
+    print(f"\nfrontend experiment finished; everything is in {exp.folder}/\n\n{text}")
+
+
+def frontend_results(run, s, agents):
+    """results.json of the frontend run: every agent played on the test tasks, scored, and compared."""
     for agent, policy in agents.items():  # a script plays every sample alike: one each
         samples = 1 if agent in FRONTEND_SCRIPTS else s["test_samples"]
         play(run, s, agent, policy, run.path("test_tasks.jsonl"), samples, f"test_{agent}")
@@ -602,22 +669,18 @@ def frontend_run(run, s):
                "mean_score": {a: sum(v.values()) / len(v) for a, v in scores.items()},
                "vs_zero-shot": {a: paired_difference(scores[a], scores["zero-shot"]) for a in others},
                "win_rate_vs_zero-shot": {a: win_rate(a) for a in others},
-               "scripts_gap": paired_difference(scores["script-ask-then-write"], scores["script-page-at-once"]),
+               "scripts_gap": paired_difference(scores["script-hint-reader"], scores["script-default-at-once"]),
                **{key: {a: asked[a][key] for a in agents}
                   for key in ("ask_first_share", "show_first_share", "collaborate_first_share", "after_asking",
-                              "at_once", "subjects_told")},
+                              "at_once", "subjects_told", "departures_told_share")},
                "critic_with_c": {"pair_accuracy": critic["after"]["pair_accuracy"],
                                  "ci95": critic["after"]["pair_accuracy_ci95"], "pairs": critic["eval_pairs"],
                                  "tasks": critic["eval_tasks"], "by_answer_length": length_pair_accuracy(
                                      critic["after"], run.path("train.scored.jsonl"))},
                "sweet_pairs": ranked_pairs(run.path("policy_sweet"), run.path("train.scored.jsonl")),
+               "rules_order": rules_order(run.path("policy_sweet"), run.path("train.scored.jsonl")),
                "stage_seconds": run.seconds, "settings": s}
-    with open(run.path("results.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    text = frontend_table(results) + "\n\n" + dialogues(run, ["zero-shot", "sweet"], chars=600)
-    with open(run.path("results.md"), "w") as f:
-        f.write(text + "\n")
-    print(f"\nfrontend run finished; everything is in {run.folder}/ (report.html: pages as screenshots)\n\n{text}")
+    return results
 
 
 def frontend_table(r):
@@ -627,25 +690,27 @@ def frontend_table(r):
     lines = [f"held-out frontend test tasks: {r['test_tasks']}; image score: {', '.join(r['image_score'])}", "",
              "| agent | dialogues | mean image score | minus the starting policy (95% CI) | win rate over it % "
              "(95% CI) | asks first % | shows a page first % | after asking (dialogues) | at once (dialogues) | "
-             "subjects told |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "subjects told | every departure told % |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for a in r["mean_score"]:
         versus = "-" if a == "zero-shot" else "{:+.4f} [{:+.4f}, {:+.4f}]".format(*r["vs_zero-shot"][a])
         wins = "-" if a == "zero-shot" else "{} [{}, {}]".format(*map(pct, r["win_rate_vs_zero-shot"][a]))
         lines.append(f"| {NAMES[a]} | {r['test_dialogues'][a]} | {r['mean_score'][a]:.4f} | {versus} | {wins} | "
                      f"{pct(r['ask_first_share'][a])} | {pct(r['show_first_share'][a])} | "
                      f"{score(r['after_asking'][a])} | {score(r['at_once'][a])} | "
-                     f"{r['subjects_told'][a]:.2f} |")
+                     f"{r['subjects_told'][a]:.2f} | {pct(r['departures_told_share'][a])} |")
     gap, c, p = r["scripts_gap"], r["critic_with_c"], r["sweet_pairs"]
     lines += ["", "(differences: the same tasks and sample indices for both agents, bootstrap over tasks; win rate by "
                   "task, ties half. Asks first: the first reply shows no page and the dialogue goes on; shows a page "
                   "first: the first reply shows one and the dialogue goes on. After asking: dialogues that asked "
                   "first; at once: the others)",
-              "", "the room, asking script - page-at-once script: {:+.4f} [{:+.4f}, {:+.4f}]".format(*gap),
+              "", "the room, hint-reader script - default-at-once script: {:+.4f} [{:+.4f}, {:+.4f}]".format(*gap),
               f"critic with c: held-out pair accuracy {c['pair_accuracy']:.3f} "
               f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] on {c['pairs']} pairs of {c['tasks']} tasks; the longer "
               f"final page orders {c['by_answer_length']:.3f} of them",
               f"SWEET-RL's pairs, as its critic ranked the candidates: {p['right']} chose the reply that can still "
               f"tell more by the human's rules, {p['wrong']} the one that tells less, {p['alike']} alike or unsettled",
+              "the critic's turn order by the human's rules: {:.3f} of {} candidate pairs the rules settle".format(
+                  *r["rules_order"]),
               "", minutes(r["stage_seconds"])]
     return "\n".join(lines)
 
@@ -669,7 +734,7 @@ def main():
     s = dict(FRONTEND if args.frontend else SETTINGS, model=args.model)  # the model: results.json's settings say it
     print(f"settings: {json.dumps(s)} -> {run.folder}", flush=True)
     if args.frontend:
-        frontend_run(run, s)
+        (frontend_experiment if args.experiment else frontend_run)(run, s)
     elif args.validate:
         validate(run, s)
     elif args.experiment:

@@ -2,11 +2,12 @@
 
     python -m harness.room colbench/tasks/frontend_test.jsonl     # -> runs/room.json, and a table
 
-On each task, the offline image score (colbench/frontend.py EdgeColorSimilarity) of: a blank page; the
-generic page (colbench/page.py GENERIC_FACTS, under the request's name: what a script that asks nothing
-writes); the generic page with one subject set right; the reference page with one subject left generic;
-and the reference itself. A subject worth telling moves the mean when set right alone; none should make
-up most of the room (generic page to reference) alone.
+On each task, the offline image score (colbench/frontend.py EdgeColorSimilarity) of: a blank page; its kind's
+default page (colbench/page.py DEFAULTS, under the request's name: what a script that asks nothing writes);
+the default page with one subject set right; the reference page with one subject left at the default; and the
+reference itself. A subject is set right or left at the default only where the task departs in it. A departure
+worth telling moves the mean when set right alone; none should make up most of the room (default page to
+reference) alone.
 """
 import argparse
 import json
@@ -14,20 +15,18 @@ import json
 from colbench.cli import fail
 from colbench.data import DataError, load_tasks
 from colbench.frontend import EdgeColorSimilarity, reference_facts, score_pages
-from colbench.page import GENERIC_FACTS, build_page
+from colbench.page import SUBJECTS, build_page, default_facts
 from colbench.scripted import request_title
-
-SUBJECTS = tuple(GENERIC_FACTS)
 
 
 def variants(task):
-    """{name: page} of one task: blank, generic, '+subject' (generic, that subject right), '-subject'
-    (reference, that subject generic), reference."""
-    facts, title = reference_facts(task), request_title(task)
-    pages = {"blank": "", "generic": build_page(GENERIC_FACTS, title)}
+    """{name: page} of one task: blank, default, '+subject' (default, that subject right), '-subject'
+    (reference, that subject at the default), reference."""
+    facts, default, title = reference_facts(task), default_facts(task), request_title(task)
+    pages = {"blank": "", "default": build_page(default, title)}
     for subject in SUBJECTS:
-        pages[f"+{subject}"] = build_page({subject: facts[subject]}, title)
-        pages[f"-{subject}"] = build_page({**facts, subject: GENERIC_FACTS[subject]}, title)
+        pages[f"+{subject}"] = build_page({**default, subject: facts[subject]}, title)
+        pages[f"-{subject}"] = build_page({**facts, subject: default[subject]}, title)
     pages["reference"] = task["ground_truth"]
     return pages
 
@@ -45,12 +44,12 @@ def main():
     names = list(pages[0])
     scores = score_pages(EdgeColorSimilarity(), [p[n] for p in pages for n in names], [t for t in tasks for _ in names])
     mean = {n: sum(scores[i * len(names) + k] for i in range(len(tasks))) / len(tasks) for k, n in enumerate(names)}
-    room = mean["reference"] - mean["generic"]
-    print(f"{len(tasks)} tasks; the room, generic page {mean['generic']:.3f} to reference {mean['reference']:.3f}: "
+    room = mean["reference"] - mean["default"]
+    print(f"{len(tasks)} tasks; the room, default page {mean['default']:.3f} to reference {mean['reference']:.3f}: "
           f"{room:.3f}; blank page {mean['blank']:.3f}\n\n| subject | set right alone | share of the room | "
-          "left generic alone | cost |\n|---|---|---|---|---|")
+          "left at the default alone | cost |\n|---|---|---|---|---|")
     for s in SUBJECTS:
-        gain, cost = mean[f"+{s}"] - mean["generic"], mean["reference"] - mean[f"-{s}"]
+        gain, cost = mean[f"+{s}"] - mean["default"], mean["reference"] - mean[f"-{s}"]
         print(f"| {s} | {mean[f'+{s}']:.3f} ({gain:+.3f}) | {gain / room:.0%} | {mean[f'-{s}']:.3f} | {cost:+.3f} |")
     with open(args.out, "w") as f:
         json.dump({"tasks": len(tasks), "mean_score": mean}, f, indent=1)

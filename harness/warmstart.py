@@ -15,14 +15,15 @@ is asked. The answer is the task's reference function (its untold numbers memori
 on new tasks), with a told number miscopied now and then (SLIP). Test tasks never appear here.
 
 Frontend dialogues are drawn turn by turn too (PAGE_MOVES): at each turn before the last the script
-answers (as ANSWER_EARLY) or asks, in varied words, about one untold subject of the page (colors,
+answers (as ANSWER_EARLY) or asks, in varied words, about one untold subject of the page (colors, accent,
 layout, sections), about two at once, or about nothing in particular, or shows a page of what it was
-told so far; the embedded human answers the subjects named, says nothing to a question that names none,
+told so far. It picks the subjects at random, never by the request's hints: which to ask is for RL to
+learn. The embedded human answers the subjects named, says nothing to a question that names none,
 and names what differs in a page shown. Every page is colbench/page.py's template with what the human's
-replies told (read as any agent reads them, colbench/frontend.py read_facts) and the generic page's values
-for the rest (never the reference's: nothing to memorize), with a told color miscopied now and then
-(SLIP). Now and then the script answers too late: at its last turn it asks once more (LAST_TURN_QUESTION),
-and the dialogue ends with no page but one it showed, so that the offline data shows what that costs.
+replies told (read as any agent reads them, colbench/frontend.py read_facts) and the kind's default page
+for the rest (never the reference's departures: nothing to memorize), with a told color miscopied now and
+then (SLIP). Now and then the script answers too late: at its last turn it asks once more
+(LAST_TURN_QUESTION), and the dialogue ends with no page but one it showed: the offline data shows the cost.
 """
 import argparse
 import random
@@ -31,8 +32,8 @@ import re
 from colbench.cli import fail, non_negative_int, positive_int
 from colbench.data import DataError, load_tasks, task_kind, write_jsonl
 from colbench.env import ANSWER_MARKER, Episode
-from colbench.frontend import facts_heard, reference_facts, topics_told
-from colbench.page import build_page
+from colbench.frontend import departures, facts_heard, reference_facts, topics_told
+from colbench.page import build_page, default_facts
 from colbench.scripted import request_title, subject_words
 from colbench.simulators import EmbeddedSimulator, facts_told, hidden_facts
 
@@ -46,8 +47,8 @@ GENERAL_QUESTIONS = ["What details do you need me to know?", "Could you tell me 
                      "Is there anything else I should know?", "Can you tell me more?"]
 # A frontend turn before the last: the weights of what the script does; a subject by the words the human knows it by.
 PAGE_MOVES = {"an untold subject": 8, "two untold subjects": 8, "nothing in particular": 1, "a page": 3}
-PAGE_SUBJECTS = {"colors": ["colors", "color scheme", "palette", "colours"], "layout": ["layout", "page structure"],
-                 "sections": ["sections", "content sections", "menu"]}
+PAGE_SUBJECTS = {"colors": ["colors", "color scheme", "palette", "colours"], "accent": ["accent color", "accent"],
+                 "layout": ["layout", "page structure"], "sections": ["sections", "content sections", "menu"]}
 PAGE_QUESTIONS = ["What {} do you want?", "Which {} should it have?", "Could you tell me the {}?", "How about the {}?",
                   "What should the {} be?", "Tell me about the {}."]
 SHOW_PAGE = ["Here is a first draft: {} How does it look?", "How about this? {}", "Is this close? {}"]
@@ -130,8 +131,8 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
     moves, weights = list(PAGE_MOVES), list(PAGE_MOVES.values())
     title = request_title(task) or "Welcome"
     for _ in range(max_turns - 1):
-        known = facts_heard(episode.dialogue)  # what the script knows: what the human's replies told
-        untold = [topic for topic in topics if topic not in known]
+        known = {**default_facts(task), **facts_heard(episode.dialogue)}  # the default, and what the human told
+        untold = [topic for topic in topics if topic not in facts_heard(episode.dialogue)]
         if rng.random() < ANSWER_EARLY["some facts untold" if untold else "every fact told"]:
             break
         move = rng.choices(moves, weights)[0]
@@ -146,13 +147,13 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
             text = rng.choice(GENERAL_QUESTIONS)
         episode.add_agent_turn(Scripted(text, ""))
         episode.add_human_turn(human.reply(task, episode.dialogue))
-    facts = facts_heard(episode.dialogue)
+    facts = {**default_facts(task), **facts_heard(episode.dialogue)}
     if episode.agent_turns == max_turns - 1 and rng.random() < LAST_TURN_QUESTION:  # too late: no page
-        untold = [topic for topic in topics if topic not in facts]
+        untold = [topic for topic in topics if topic not in facts_heard(episode.dialogue)]
         episode.add_agent_turn(Scripted(page_subject_question(rng.choice(untold), rng) if untold
                                         else rng.choice(GENERAL_QUESTIONS), ""))
         return episode.record()
-    if "colors" in facts and rng.random() < SLIP:
+    if "colors" in facts_heard(episode.dialogue) and rng.random() < SLIP:
         part = rng.choice(sorted(facts["colors"]))
         facts["colors"] = dict(facts["colors"], **{part: rng.choice(["white", "black", "gray", "red", "blue"])})
     episode.add_agent_turn(Scripted(f"{ANSWER_MARKER}\n{build_page(facts, title)}", ""))
@@ -162,7 +163,7 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
 def every_fact_told(row):
     task, dialogue = row["task"], row["dialogue_history"]
     if task_kind(task) == "frontend":
-        return len(topics_told(task, dialogue)) == len(reference_facts(task))
+        return set(departures(task)) <= set(topics_told(task, dialogue))
     return len(facts_told(task, dialogue)) == len(hidden_facts(task))
 
 
