@@ -24,12 +24,12 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from colbench import distributed
-from colbench.cli import (at_least, fail, fraction_or_zero, non_negative_float, non_negative_int, positive_float,
-                          positive_int, trajectories_or_fail)
+from colbench.cli import (at_least, below_one, fail, fraction_or_zero, non_negative_float, non_negative_int,
+                          positive_float, positive_int, trajectories_or_fail)
 from colbench.data import (default_output, finish_folder, grouped, partial_folder, split_by_task, succeeded,
                            task_batches, task_kind, write_jsonl)
 from colbench.env import LAST_TURN_NOTE, agent_messages, turn_budget
-from colbench.fast_logps import remembering, shared_prefix_logps
+from colbench.fast_logps import shared_prefix_logps
 from colbench.frontend import page_summary
 from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype, load_model,
                              padded_batch, resolve_model, tokenize_turns)
@@ -39,7 +39,7 @@ PAIRINGS = ("all", "official")  # the rules of preference_pairs
 SCORES = ("token-mean", "turn-sum")  # a trajectory's score in Eq. 2 (trajectory_scores)
 HEADS = ("log-ratio", "value")  # what scores a turn: Eq. 3's A_t, or the official frontend critic's V_t
 VALUE_HEAD = "value_head.pt"  # --head value: the head's weights, beside the checkpoint
-OFFICIAL_FRONTEND_GAP = 0.1  # --pairing official: the official frontend scripts skip pairs whose rewards are closer
+OFFICIAL_FRONTEND_GAP = 0.1  # --pairing official: sweet_rl scripts/evaluate_html.py skips pairs closer in reward
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (each line with a `reward`)")
@@ -56,11 +56,11 @@ parser.add_argument("--batch-size", type=positive_int, default=8,
 parser.add_argument("--eval-fraction", type=fraction_or_zero, default=0.5,
                     help="fraction of the paired tasks held out (official: a few percent)")
 parser.add_argument("--min-reward-gap", type=non_negative_float, default=0.0,
-                    help="pair two trajectories of a task only when their rewards differ by this")
+                    help="pair a task's trajectories only when their rewards differ by this (official frontend: 0.1)")
 parser.add_argument("--pairing", default="all", choices=PAIRINGS,
                     help="all: two trajectories of a task whose rewards differ; official: the official scripts' rule")
 parser.add_argument("--max-length", type=at_least(32), default=1024,  # fewer cannot hold the prompt's chat markup
-                    help="tokens per critic sequence at most; the oldest turns go first")
+                    help="tokens per critic sequence at most; the oldest turns go first (official: 8192)")
 parser.add_argument("--no-solution", action="store_true",
                     help="leave out the solution c (paper's ablation: w/o training-time information)")
 parser.add_argument("--page-facts", action="store_true",
@@ -72,7 +72,9 @@ parser.add_argument("--trajectory-score", default="token-mean", choices=SCORES,
 parser.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,
                     help="constant, or cosine: the official code's (3%% warm-up, decay to 0.1x)")
 parser.add_argument("--max-grad-norm", type=positive_float, default=1.0,
-                    help="clip the gradients' norm to this at each step (paper: not given; TRL's default: 1.0)")
+                    help="clip the gradients' norm to this at each step (official: 1.0, collab_openrlhf --max_norm)")
+parser.add_argument("--weight-decay", type=non_negative_float, default=0.0, help="AdamW's (official: 0, --l2)")
+parser.add_argument("--adam-betas", type=below_one, nargs=2, default=(0.9, 0.999), help="AdamW's (official: 0.9 0.95)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="forward passes; auto: bf16 where the hardware computes it natively")
 parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the split, the pair order, the model")
@@ -145,15 +147,14 @@ def critic_views(tokenizer, trajectories, use_solution, max_length, page_facts=F
 
 # ---------------------------------------------------------------- log-probs, the plain way
 
-def sequence_logps(model, sequences, scored_from=1):
+def sequence_logps(model, sequences):
     """Token log-probs of id lists, the plain way (the definition): pad, one forward pass, log-softmax in fp32,
-    the targets' entries. A [len - 1] tensor per sequence, entry i - 1 being log p(token i | the tokens before it),
-    all of them; --fast's shared_prefix_logps (colbench/fast_logps.py) leaves those before `scored_from` zero."""
+    the next tokens' entries. A [len - 1] tensor per sequence, entry i - 1 being log p(token i | the tokens before)."""
     input_ids, attention_mask = padded_batch(sequences, next(model.parameters()).device)
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # [n, longest, vocab]
-    logps = logits[:, :-1].float().log_softmax(-1)  # [n, longest - 1, vocab]
-    targets = logps.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # [n, longest - 1]
-    return [row[: len(ids) - 1] for row, ids in zip(targets, sequences)]
+    vocab_logps = logits[:, :-1].float().log_softmax(-1)  # [n, longest - 1, vocab]
+    logps = vocab_logps.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # [n, longest - 1]
+    return [row[: len(ids) - 1] for row, ids in zip(logps, sequences)]
 
 
 def sequence_states(model, sequences):
@@ -165,10 +166,11 @@ def sequence_states(model, sequences):
 
 
 def task_logps(model, views, trajectory_ids, logps_fn):
-    """{trajectory id: token log-probs} of one task's trajectories by `logps_fn` (sequence_logps, or with --fast
-    shared_prefix_logps: they begin alike, c and the prompt, which it encodes once)."""
-    first_scored = min(views[i]["spans"][0][0] for i in trajectory_ids)  # the first agent token of any
-    return dict(zip(trajectory_ids, logps_fn(model, [views[i]["ids"] for i in trajectory_ids], first_scored)))
+    """{trajectory id: token log-probs} of one task's trajectories by `logps_fn`: sequence_logps, or with --fast
+    shared_prefix_logps, which encodes once what they share before the first agent token of any (c, the prompt)."""
+    if logps_fn is not sequence_logps:  # --fast: told where the tokens read begin
+        logps_fn = functools.partial(logps_fn, scored_from=min(views[i]["spans"][0][0] for i in trajectory_ids))
+    return dict(zip(trajectory_ids, logps_fn(model, [views[i]["ids"] for i in trajectory_ids])))
 
 
 # --- the SWEET-RL part: the advantage of each agent turn (Eq. 3), a trajectory's score, Eq. 2
@@ -199,14 +201,15 @@ def value_head(model):
     return head
 
 
-def turn_scores(model, views, trajectory_ids, reference_logps, logps_fn, normalize=True):
+def turn_scores(model, views, trajectory_ids, reference_logps_by_id, logps_fn, normalize=True):
     """{trajectory id: [turns]}, each agent turn's score by the critic `model`: with a value head (--head value)
-    its V_t; else its A_t (Eq. 3) against π_ref's `reference_logps` ({id: [seq - 1]}), by `logps_fn`."""
+    its V_t; else its A_t (Eq. 3) against π_ref's `reference_logps_by_id` ({id: [seq - 1]}), by `logps_fn`."""
     if hasattr(model, "value_head"):
         states = sequence_states(model, [views[i]["ids"] for i in trajectory_ids])
         return {i: turn_values(h, model.value_head, views[i]["spans"]) for i, h in zip(trajectory_ids, states)}
-    logps = task_logps(model, views, trajectory_ids, logps_fn)
-    return {i: turn_advantages(logps[i], reference_logps[i], views[i]["spans"], normalize) for i in trajectory_ids}
+    critic_logps_by_id = task_logps(model, views, trajectory_ids, logps_fn)
+    return {i: turn_advantages(critic_logps_by_id[i], reference_logps_by_id[i], views[i]["spans"], normalize)
+            for i in trajectory_ids}
 
 
 def trajectory_scores(per_turn, views, trajectory_ids, token_mean=True):
@@ -238,18 +241,18 @@ def preference_pairs(trajectories, min_reward_gap=0.0, pairing="all"):
             if not any(succeeded(t) for t in samples):
                 continue
             best = max(samples, key=lambda t: float(t["reward"]))  # max keeps the first of equals
-            candidates = [(best, other) for other in samples if other is not best]
+            possible_pairs = [(best, other) for other in samples if other is not best]
         else:
             smallest_gap = max(min_reward_gap, OFFICIAL_FRONTEND_GAP) if pairing == "official" else min_reward_gap
-            candidates = [(a, b) for i, a in enumerate(samples) for b in samples[i + 1:]]
-        for first, second in candidates:
+            possible_pairs = [(a, b) for i, a in enumerate(samples) for b in samples[i + 1:]]
+        for first, second in possible_pairs:
             gap = float(first["reward"]) - float(second["reward"])
             if gap != 0 and abs(gap) >= smallest_gap:
                 pairs.append((first, second) if gap > 0 else (second, first))
     return pairs
 
 
-def paired_ids(pairs):
+def trajectory_ids_in(pairs):
     """The ids of the trajectories in `pairs`, each once, in the order they first appear."""
     return list(dict.fromkeys(trajectory_id(t) for pair in pairs for t in pair))
 
@@ -259,39 +262,37 @@ def paired_ids(pairs):
 @torch.no_grad()
 def frozen(outputs_fn, model, views, trajectory_ids, autocast_dtype, desc):
     """{trajectory id: its outputs}, outputs_fn(model, views, a task's trajectory ids) -> {id: tensor} (its token
-    log-probs, or its turns' scores) of a task's trajectories in one pass, no gradients."""
+    log-probs, or its turns' scores) of a task's trajectories in one pass, no gradients (torchrun: a share each)."""
     model.eval()
     mine, trajectory_ids_of_task = [], grouped(trajectory_ids, lambda trajectory_id: trajectory_id[0])
-    for task_id, padding in tqdm(list(distributed.share(sorted(trajectory_ids_of_task))), desc=desc, unit="task"):
+    for task_id in tqdm(distributed.share(sorted(trajectory_ids_of_task), model), desc=desc, unit="task"):
         with autocast(model.device, autocast_dtype):
-            outputs = outputs_fn(model, views, trajectory_ids_of_task[task_id])
-        if not padding:  # torchrun: a padding pass's results are dropped
-            mine += outputs.items()
+            mine += outputs_fn(model, views, trajectory_ids_of_task[task_id]).items()
     return {i: output.to(model.device) for i, output in distributed.gather(mine)}  # torchrun: all
 
 
 def train(model, views, score_turns, token_mean, batches_of_epoch, autocast_dtype, log, args):
     """AdamW over each epoch's batches (task_batches) with the settings `args`; a log line per step. `model` is
     as distributed.wrap returned it, `score_turns` turn_scores with π_ref's log-probs. Returns the steps."""
-    optimizer, schedule = adamw(model, args.lr, sum(map(len, batches_of_epoch)), args.lr_schedule)
+    optimizer, schedule = adamw(model, args.lr, sum(map(len, batches_of_epoch)), args.lr_schedule, args.adam_betas,
+                                args.weight_decay)
     device, step = next(model.parameters()).device, 0
     model.train()
     for epoch, batches in enumerate(batches_of_epoch, 1):
         for number, batch in enumerate(batches, 1):
-            started, pair_scores, batch_pairs = time.time(), [], sum(map(len, batch))
-            for pairs, padding in distributed.share(batch, model):  # torchrun: a share of the tasks
-                trajectory_ids = paired_ids(pairs)
+            started, pair_scores = time.time(), []
+            pairs_per_process = distributed.per_process(sum(map(len, batch)))  # torchrun: DDP, FSDP average over N
+            for pairs in distributed.share(batch, model):  # torchrun: a share of the tasks, the passes kept in step
+                trajectory_ids = trajectory_ids_in(pairs)
                 with autocast(device, autocast_dtype):
                     per_turn = score_turns(model, views, trajectory_ids)  # --- SWEET-RL: each turn's A_t (Eq. 3)
                 # --- SWEET-RL: each trajectory's score from its turns', the loss (Eq. 2)
-                chosen_ids, rejected_ids = ([trajectory_id(pair[side]) for pair in pairs] for side in (0, 1))
-                chosen_scores = trajectory_scores(per_turn, views, chosen_ids, token_mean)
-                rejected_scores = trajectory_scores(per_turn, views, rejected_ids, token_mean)
-                loss = bradley_terry_loss(chosen_scores, rejected_scores, args.beta) * len(pairs) / batch_pairs
-                distributed.backward(loss, padding)  # loss.backward(); gradients add up over the batch
-                if not padding:  # each pair's (chosen score, rejected score, tokens) for the log
-                    tokens = sum(len(views[i]["ids"]) for i in trajectory_ids) / len(pairs)
-                    pair_scores += [(*both, tokens) for both in zip(chosen_scores.tolist(), rejected_scores.tolist())]
+                chosen_scores = trajectory_scores(per_turn, views, [trajectory_id(c) for c, _ in pairs], token_mean)
+                rejected_scores = trajectory_scores(per_turn, views, [trajectory_id(r) for _, r in pairs], token_mean)
+                loss = bradley_terry_loss(chosen_scores, rejected_scores, args.beta) * len(pairs) / pairs_per_process
+                loss.backward()  # gradients add up over the batch's tasks
+                tokens = sum(len(views[i]["ids"]) for i in trajectory_ids) / len(pairs)  # for the log: each pair's
+                pair_scores += [(*both, tokens) for both in zip(chosen_scores.tolist(), rejected_scores.tolist())]
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
             optimizer.step()
             schedule.step()
@@ -340,12 +341,12 @@ class Critic:
     normalize: bool = True
     max_length: int = parser.get_default("max_length")  # its --max-length: replies scored on views cut as in training
     autocast_dtype: torch.dtype = torch.float32  # of the forward passes (fp32 weights; bf16 autocast)
-    logps_fn: object = sequence_logps  # or with --fast remembering(shared_prefix_logps) (load_critic)
+    logps_fn: object = sequence_logps  # or with --fast colbench/fast_logps.py's remembering() (load_critic)
 
 
 def load_critic(critic_dir, device=None, autocast_dtype=torch.float32, logps_fn=sequence_logps):
-    """A critic folder of critic.py -> Critic scoring in `autocast_dtype` by `logps_fn` (the fast path remembering
-    the prefix it encoded last: colbench/fast_logps.py); π_ref is rebuilt from the model its args.json names."""
+    """A critic folder of critic.py -> Critic scoring in `autocast_dtype` by `logps_fn` (--fast: remembering(), the fast
+    path continuing the prefix it encoded last: colbench/fast_logps.py); π_ref is rebuilt from the model it names."""
     with open(os.path.join(critic_dir, "args.json")) as f:
         saved = json.load(f)
     model, tokenizer = load_model(critic_dir, device=device, dtype=torch.float32)
@@ -357,7 +358,7 @@ def load_critic(critic_dir, device=None, autocast_dtype=torch.float32, logps_fn=
         base = saved["model_path"] if os.path.isdir(saved["model_path"]) else saved["model"]
         reference_model, _ = load_model(base, device=device, dtype=torch.float32)
     return Critic(model, reference_model, tokenizer, not saved["no_solution"], saved.get("page_facts", False),
-                  not saved["no_normalize"], saved["max_length"], autocast_dtype, remembering(logps_fn))
+                  not saved["no_normalize"], saved["max_length"], autocast_dtype, logps_fn)
 
 
 @torch.no_grad()
@@ -374,9 +375,9 @@ def score_candidates(critic, task, history, max_turns, candidates):
                                          max_turns, critic.use_solution, critic.max_length, critic.page_facts)
         views[reply] = {"ids": ids, "spans": spans[-1:]}
     with autocast(critic.model.device, critic.autocast_dtype):
-        reference_logps = critic.reference_model and task_logps(critic.reference_model, views, distinct,
-                                                                critic.logps_fn)
-        per_turn = turn_scores(critic.model, views, distinct, reference_logps, critic.logps_fn, critic.normalize)
+        reference_logps_by_id = critic.reference_model and task_logps(critic.reference_model, views, distinct,
+                                                                      critic.logps_fn)
+        per_turn = turn_scores(critic.model, views, distinct, reference_logps_by_id, critic.logps_fn, critic.normalize)
     return [per_turn[reply].item() for reply in candidates]
 
 
@@ -442,13 +443,13 @@ def main(args):
     # torchrun: DDP replicas, or with --fsdp `model` itself sharded before π_ref. A plain run trains `model` itself.
     trained = distributed.wrap(model, args.fsdp, autocast_dtype)
     logps_fn = shared_prefix_logps if args.fast else sequence_logps  # --fast: the named fast path
-    reference_logps, before, after, per_turn = None, {}, {}, {}
+    reference_logps_by_id, before, after, per_turn, held_out = None, {}, {}, {}, trajectory_ids_in(eval_pairs)
     if args.head == "log-ratio":  # --- SWEET-RL: π_ref of Eq. 3 is the critic's initial weights, computed once
-        reference_logps = frozen(functools.partial(task_logps, logps_fn=logps_fn), model, views, list(views),
-                                 autocast_dtype, "π_ref log-probs")
-    score_turns = functools.partial(turn_scores, reference_logps=reference_logps, logps_fn=logps_fn,
+        reference_logps_by_id = frozen(functools.partial(task_logps, logps_fn=logps_fn), model, views, list(views),
+                                       autocast_dtype, "π_ref log-probs")
+    score_turns = functools.partial(turn_scores, reference_logps_by_id=reference_logps_by_id, logps_fn=logps_fn,
                                     normalize=not args.no_normalize)
-    held_out, token_mean = paired_ids(eval_pairs), args.trajectory_score == "token-mean" and not args.no_normalize
+    token_mean = args.trajectory_score == "token-mean" and not args.no_normalize
     if eval_pairs:  # before training: θ = π_ref (every A_t is 0), or the untrained value head
         untrained = ({i: torch.zeros(len(views[i]["spans"])) for i in held_out} if args.head == "log-ratio" else
                      frozen(score_turns, model, views, held_out, autocast_dtype, "held-out, untrained"))

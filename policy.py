@@ -11,6 +11,7 @@ folder once whole: candidates.jsonl, pairs.jsonl (TRL's preference format), args
 and the checkpoint, which `rollout.py --agent` runs.
 """
 import argparse
+import functools
 import gc
 import json
 import math
@@ -23,9 +24,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from colbench import distributed
-from colbench.cli import (at_least, fail, fraction, is_url, non_negative_float, non_negative_int,
-                          positive_float, positive_int, require_server, server_url,
-                          trajectories_or_fail)
+from colbench.cli import (at_least, below_one, fail, fraction, is_url, non_negative_float, non_negative_int,
+                          positive_float, positive_int, require_server, server_url, trajectories_or_fail)
 from colbench.data import (DataError, default_output, finish_folder, grouped, partial_folder, read_jsonl,
                            trajectory_subset, write_jsonl)
 from colbench.env import agent_messages, turn_budget, turn_states
@@ -36,7 +36,7 @@ from colbench.fast_logps import remembering, shared_prefix_logps
 from critic import load_critic, score_candidates, sequence_logps
 
 RANDOM_CRITIC = "random"  # --critic random: random scores, a control for what the ranking adds
-PER_PASS = 4  # pairs of one turn state in one forward pass at most: memory stays small
+SERVER_BACKLOG = 4  # --sampler: turn states sent per connection of the server at once (ours: it keeps them busy)
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (evaluate.py's output)")
@@ -58,7 +58,7 @@ parser.add_argument("--sampled", help="candidates.jsonl of an earlier run on the
                                       "its candidates instead of sampling (the controls: the same "
                                       "candidates, another ranking)")
 parser.add_argument("--max-new-tokens", type=positive_int, default=64,
-                    help="tokens per sampled reply at most")
+                    help="tokens per sampled reply at most (official: 1024, sweet_rl scripts/sample_best_of_n.py)")
 parser.add_argument("--temperature", type=non_negative_float, default=0.7,
                     help="the candidates' sampling temperature (paper: 1.0)")
 parser.add_argument("--beta", type=positive_float, default=0.1,
@@ -74,7 +74,11 @@ parser.add_argument("--batch-size", type=positive_int, default=8,
 parser.add_argument("--lr-schedule", default="constant", choices=SCHEDULES,
                     help="constant, or cosine: the official code's (3%% warm-up, decay to 0.1x)")
 parser.add_argument("--max-grad-norm", type=positive_float, default=1.0,
-                    help="clip the gradients' norm to this at each step (paper: not given; TRL's default: 1.0)")
+                    help="clip the gradients' norm to this at each step (official: 1.0, collab_openrlhf --max_norm)")
+parser.add_argument("--weight-decay", type=non_negative_float, default=0.0,
+                    help="AdamW's weight decay (official: 0, collab_openrlhf --l2)")
+parser.add_argument("--adam-betas", type=below_one, nargs=2, default=(0.9, 0.999),
+                    help="AdamW's β1 β2, PyTorch's (official: 0.9 0.95, collab_openrlhf --adam_betas)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="sampling, ranking and training forward passes; auto: bf16 where the "
                          "hardware computes it natively")
@@ -85,6 +89,8 @@ scale.add_argument("--fast", action="store_true", help="the fast log-probs, same
                    "and the fast sampling, another random stream (colbench/fast_sampling.py)")
 scale.add_argument("--sample-batch-size", type=positive_int, default=16,
                    help="sequences per batched generate call")
+scale.add_argument("--pairs-per-pass", type=positive_int, default=4,
+                   help="a turn state's pairs per forward pass at most (memory; official: 1, --micro_train_batch_size)")
 scale.add_argument("--sampler", type=server_url,
                    help="OpenAI-compatible URL of a server (e.g. vLLM) serving --model, to sample "
                         "the candidates there")
@@ -98,14 +104,15 @@ scale.add_argument("--fsdp", action="store_true",
 
 def sample(states, starting_policy, n, max_new_tokens, temperature, batch_size, dtype, shrinking_batch):
     """n replies at each state from the starting policy (a model's name, or the URL of a server serving
-    it), under the prompt the agent saw there; here the plain way, or the shrinking batch (--fast)."""
+    it; here its weights in `dtype`), under the prompt the agent saw there; the plain way, or the shrinking
+    batch (--fast)."""
     conversations = [agent_messages(t["task"], history, turn_budget(t)) for t, _, history in states]
     if is_url(starting_policy):
         server, candidates = EndpointChat(starting_policy), []
         with tqdm(total=len(conversations), desc="sampling (server)", unit="state") as bar:
-            step = 4 * server.concurrency  # conversations in flight at once
-            for start in range(0, len(conversations), step):
-                chunk = conversations[start:start + step]
+            in_flight = SERVER_BACKLOG * server.concurrency  # conversations sent at once
+            for start in range(0, len(conversations), in_flight):
+                chunk = conversations[start:start + in_flight]
                 candidates += [[reply.text for reply in replies] for replies in
                                server.sample(chunk, n, max_new_tokens, temperature)]
                 bar.update(len(chunk))
@@ -165,7 +172,7 @@ def state_pairs(trajectory, turn, history, replies, scores, pairs_per_turn, rng)
             for chosen, rejected in top_bottom_pairs(scores, pairs_per_turn, rng)]
 
 
-def rank(states, candidates, critic_dir, pairs_per_turn, seed, rng, autocast_dtype, logps_fn):
+def rank_candidates(states, candidates, critic_dir, pairs_per_turn, seed, rng, autocast_dtype, logps_fn):
     """Each state's candidates scored by the critic (or at random), then paired: the lines of
     candidates.jsonl (each state's candidates and their scores) and of pairs.jsonl."""
     critic = None if critic_dir == RANDOM_CRITIC else load_critic(critic_dir, autocast_dtype=autocast_dtype,
@@ -200,7 +207,9 @@ def tokenize_completion(tokenizer, prompt, completion):
 def completion_logps(model, sequences, logps_fn):
     """log π(completion | prompt) of (ids, spans) sequences that share their prompt, by `logps_fn` (critic.py's
     sequence_logps, or with --fast shared_prefix_logps): the span tokens' summed log-probs, [n], and counts, [n]."""
-    logps = logps_fn(model, [ids for ids, _ in sequences], min(spans[0][0] for _, spans in sequences))
+    if logps_fn is not sequence_logps:  # --fast: told where the tokens read begin
+        logps_fn = functools.partial(logps_fn, scored_from=min(spans[0][0] for _, spans in sequences))
+    logps = logps_fn(model, [ids for ids, _ in sequences])
     # Entry i - 1 of a row is token i's log-prob: a span [start, end) is entries start - 1 to end - 1.
     sums = torch.stack([sum(row[start - 1:end - 1].sum() for start, end in spans)
                         for row, (_, spans) in zip(logps, sequences)])
@@ -208,11 +217,11 @@ def completion_logps(model, sequences, logps_fn):
     return sums, counts
 
 
-def prompt_groups(indices, prompt_of):
-    """Indices whose prompt_of(index) is the same (a turn state's pairs), PER_PASS at most a group,
+def prompt_groups(indices, prompt_of, per_pass):
+    """Indices whose prompt_of(index) is the same (a turn state's pairs), `per_pass` at most a group,
     in the order of their first: a group stays side by side in the shuffle and is one forward pass."""
     same_prompt = grouped(indices, prompt_of).values()
-    return [same[k:k + PER_PASS] for same in same_prompt for k in range(0, len(same), PER_PASS)]
+    return [same[k:k + per_pass] for same in same_prompt for k in range(0, len(same), per_pass)]
 
 
 def pair_prompt(pair):
@@ -222,19 +231,17 @@ def pair_prompt(pair):
 
 
 @torch.no_grad()
-def reference_logps(model, pairs, autocast_dtype, logps_fn):
-    """π_ref of Eq. 4, the model before training: [len(pairs), 2], the summed log-probs of each
-    pair's chosen and rejected completion, computed once, a turn state's pairs in one pass."""
+def frozen_pair_logps(model, pairs, autocast_dtype, logps_fn, pairs_per_pass):
+    """The summed log-probs of each pair's chosen and rejected completion by `model` as it is, no gradients: π_ref
+    of Eq. 4 before training, [len(pairs), 2], computed once, a turn state's pairs (pairs_per_pass at most) a pass."""
     model.eval()
-    groups = prompt_groups(range(len(pairs)), lambda i: pair_prompt(pairs[i]))
-    logps_fn = remembering(logps_fn)  # --fast: a dialogue's next turn state continues the one before
+    groups = prompt_groups(range(len(pairs)), lambda i: pair_prompt(pairs[i]), pairs_per_pass)
     mine = []
-    for group, padding in tqdm(list(distributed.share(groups)), desc="π_ref log-probs", unit="prompt"):
+    for group in tqdm(distributed.share(groups, model), desc="π_ref log-probs", unit="prompt"):  # torchrun: a share
         with autocast(model.device, autocast_dtype):
             sides = [pairs[i][side] for i in group for side in ("chosen", "rejected")]
             logps, _ = completion_logps(model, sides, logps_fn)
-        if not padding:  # torchrun: a padding pass's results are dropped
-            mine += [(i, logps[2 * k:2 * k + 2]) for k, i in enumerate(group)]
+        mine += [(i, logps[2 * k:2 * k + 2]) for k, i in enumerate(group)]
     model.train()
     reference_pair_logps = torch.zeros(len(pairs), 2)
     for i, logps in distributed.gather(mine):  # torchrun: every process gets every pair's
@@ -272,14 +279,15 @@ def train(model, pairs, reference_pair_logps, rng, logps_fn, autocast_dtype, log
     """AdamW with the settings `args` over shuffled batches of pairs, a turn state's pairs side by side and in
     one forward pass, gradients added up over a batch; a log line per step. `model` is as distributed.wrap
     returned it; `reference_pair_logps`: [pairs, 2], π_ref's log-probs."""
-    groups = prompt_groups(range(len(pairs)), lambda i: pair_prompt(pairs[i]))
+    groups = prompt_groups(range(len(pairs)), lambda i: pair_prompt(pairs[i]), args.pairs_per_pass)
     steps = math.ceil(len(pairs) / args.batch_size) * args.epochs
-    optimizer, schedule = adamw(model, args.lr, steps, args.lr_schedule)
-    device, history = next(model.parameters()).device, []
+    optimizer, schedule = adamw(model, args.lr, steps, args.lr_schedule, args.adam_betas, args.weight_decay)
+    device, records = next(model.parameters()).device, []
     for step, epoch, batch in shuffled_batches(groups, args.batch_size, args.epochs, rng):
         started, measured = time.time(), []
-        passes = prompt_groups(batch, lambda i: pair_prompt(pairs[i]))
-        for group, padding in distributed.share(passes, model):  # torchrun: a share of the passes
+        pairs_per_process = distributed.per_process(len(batch))  # torchrun: DDP and FSDP average over N processes
+        passes = prompt_groups(batch, lambda i: pair_prompt(pairs[i]), args.pairs_per_pass)
+        for group in distributed.share(passes, model):  # torchrun: a share of the passes, kept in step
             with autocast(device, autocast_dtype):
                 sides = [pairs[i][side] for i in group for side in ("chosen", "rejected")]
                 logps, counts = completion_logps(model, sides, logps_fn)
@@ -289,18 +297,18 @@ def train(model, pairs, reference_pair_logps, rng, logps_fn, autocast_dtype, log
                 losses, chosen_rewards, rejected_rewards = dpo_nll_loss(
                     logps[:, 0], logps[:, 1], reference_of_group[:, 0], reference_of_group[:, 1], counts[:, 0],
                     args.beta, args.nll_coef)
-            distributed.backward(losses.sum() / len(batch), padding)  # .backward() of the batch mean
-            if not padding:
-                margins = (chosen_rewards - rejected_rewards).tolist()
-                measured += [{"accuracy": float(margin > 0), "margin": margin, "chosen_logps": chosen,
-                              "rejected_logps": rejected, "loss": loss, "tokens": counts.sum().item() / len(group)}
-                             for margin, (chosen, rejected), loss in zip(margins, logps.tolist(), losses.tolist())]
+            loss = losses.sum() / pairs_per_process  # this pass's part of the batch mean
+            loss.backward()  # gradients add up over the batch's passes
+            margins = (chosen_rewards - rejected_rewards).tolist()
+            measured += [{"accuracy": float(margin > 0), "margin": margin, "chosen_logps": chosen,
+                          "rejected_logps": rejected, "loss": pair_loss, "tokens": counts.sum().item() / len(group)}
+                         for margin, (chosen, rejected), pair_loss in zip(margins, logps.tolist(), losses.tolist())]
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
-        history.append(log_step(log, step, epoch, steps, measured, len(batch), started))
-    return history
+        records.append(log_step(log, step, epoch, steps, measured, len(batch), started))
+    return records
 
 
 def log_step(log, step, epoch, steps, measured, batch_size, started):
@@ -348,16 +356,18 @@ def main(args):
     if args.sampler:
         require_server("--sampler", args.sampler)
     sampled = earlier_candidates(args.sampled, states) if args.sampled else None
-    autocast_dtype, why = compute_dtype(args.dtype)
-    describe_dtype("policy", autocast_dtype, why)
+    forward_dtype, why = compute_dtype(args.dtype)  # sampling's weights, ranking's and training's autocast
+    describe_dtype("policy", forward_dtype, why)
     logps_fn = shared_prefix_logps if args.fast else sequence_logps  # --fast: the named fast path
-    mine = [state for state, padding in distributed.share(states) if not padding]  # torchrun: a share
+    mine = list(distributed.share(states))  # torchrun: a share of the turn states
     if sampled:
         candidates = [sampled[state_key(state)] for state in mine]
     else:
         candidates = sample(mine, args.sampler or args.model, args.candidates, args.max_new_tokens, args.temperature,
-                            args.sample_batch_size, autocast_dtype, shrinking_batch=args.fast)  # --fast: fast sampling
-    ranked = rank(mine, candidates, critic_dir, args.pairs_per_turn, args.seed, rng, autocast_dtype, logps_fn)
+                            args.sample_batch_size, forward_dtype, shrinking_batch=args.fast)  # --fast: fast sampling
+    # --fast without gradients (ranking, π_ref): each pass continues the KV cache of the prefix encoded last
+    ranked = rank_candidates(mine, candidates, critic_dir, args.pairs_per_turn, args.seed, rng, forward_dtype,
+                             remembering() if args.fast else logps_fn)
     candidate_rows, pair_rows = map(distributed.gather, ranked)  # torchrun: every process's
     print(f"{len(pair_rows)} pairs from {len(states)} turn states of {len(trajectories)} trajectories")
     if not pair_rows:
@@ -372,20 +382,21 @@ def main(args):
         model.gradient_checkpointing_enable()
     # torchrun: DDP replicas, or with --fsdp `model` itself sharded (before π_ref, which FSDP then
     # computes as training does). A plain run trains `model` itself.
-    trained = distributed.wrap(model, args.fsdp, autocast_dtype)
+    trained = distributed.wrap(model, args.fsdp, forward_dtype)
     pairs = [{side: tokenize_completion(tokenizer, row["prompt"], row[side])
               for side in ("chosen", "rejected")} for row in pair_rows]
     # --- SWEET-RL: π_ref of Eq. 4, the starting policy's log-probs of each pair
-    reference_pair_logps = reference_logps(model, pairs, autocast_dtype, logps_fn)
+    reference_pair_logps = frozen_pair_logps(model, pairs, forward_dtype, remembering() if args.fast else logps_fn,
+                                             args.pairs_per_pass)
     started = time.time()
     with open(os.path.join(folder, "log.jsonl") if folder else os.devnull, "w") as log:
         # The training order has its own seed, so that every torchrun process draws the same one.
-        history = train(trained, pairs, reference_pair_logps, random.Random(args.seed), logps_fn, autocast_dtype,
+        records = train(trained, pairs, reference_pair_logps, random.Random(args.seed), logps_fn, forward_dtype,
                         log, args)
     if distributed.save_checkpoint(folder, model, tokenizer):  # torchrun: only the first writes
         finish_folder(folder, out)
-        last = history[-1]
-        print(f"done: {len(history)} steps in {time.time() - started:.0f} s | last step: loss "
+        last = records[-1]
+        print(f"done: {len(records)} steps in {time.time() - started:.0f} s | last step: loss "
               f"{last['loss']:.4g} | accuracy {last['accuracy']:.2f} | margin {last['margin']:.4g} "
               f"-> {out}/ (pairs.jsonl, log.jsonl, checkpoint)")
 

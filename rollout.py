@@ -40,18 +40,20 @@ parser.add_argument("--agent", default="embedded",
                          + " / ".join(AGENTS))
 parser.add_argument("--simulator", default="embedded",
                     help="'embedded', an OpenAI-compatible URL, or a model")
-parser.add_argument("--samples", type=positive_int, default=5, help="trajectories per task (K)")
+parser.add_argument("--samples", type=positive_int, default=5,
+                    help="trajectories per task (K; official offline file: 3, sweet_rl evaluate_code.py --k 3)")
 parser.add_argument("--tier", choices=("easy", "medium", "hard"),
-                    help="use only the backend tasks of this tier")
-parser.add_argument("--limit", type=positive_int, help="use only the first N tasks (of the tier)")
+                    help="use only the backend tasks of this tier (official: ColBench's tasks have no tiers)")
+parser.add_argument("--limit", type=positive_int,
+                    help="use only the first N tasks (of the tier; official test runs: --num_tasks 1000)")
 parser.add_argument("--max-turns", type=positive_int, default=3,
-                    help="agent turns per dialogue at most")
+                    help="agent turns per dialogue at most (paper and official: 10)")
 parser.add_argument("--temperature", type=non_negative_float, default=0.7,
-                    help="agent sampling temperature (0 = greedy)")
+                    help="agent sampling temperature, 0 = greedy (official: 1.0)")
 parser.add_argument("--max-new-tokens", type=positive_int, default=64,
-                    help="tokens per agent reply at most")
+                    help="tokens per agent reply at most (official: 1024, sweet_rl sweet_rl/models/vllm_agent.py)")
 parser.add_argument("--batch-size", type=positive_int, default=8,
-                    help="dialogues live at once (one batched generate)")
+                    help="dialogues live at once, one batched generate (official: 1000 environments at once)")
 parser.add_argument("--dtype", default="auto", choices=DTYPES,
                     help="a local agent's precision; auto: bf16 where the hardware computes it "
                          "natively, else fp32")

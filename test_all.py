@@ -1535,7 +1535,7 @@ def test_critic_advantage_changes_with_the_solution_only_when_it_is_shown(two_mo
 @pytest.mark.parametrize("normalize", [True, False])
 def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_critic, normalize):
     scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
-                           normalize=normalize, logps_fn=remembering(shared_prefix_logps))  # --fast's scoring
+                           normalize=normalize, logps_fn=remembering())  # --fast's scoring
     plain_scorer = critic.Critic(two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer,
                                  normalize=normalize)  # the plain way: each reply's sequence whole
     plain_scores = critic.score_candidates(plain_scorer, TIP_TASK, HISTORY, 3, CANDIDATES)
@@ -1977,25 +1977,25 @@ def test_policy_pairs_follow_the_critic_alone_under_the_prompt_the_agent_saw():
 
 
 def test_policy_few_dpo_steps_raise_the_chosen_minus_rejected_margin(tiny_model, tmp_path):
-    from policy import parser, reference_logps, tokenize_completion, train
+    from policy import frozen_pair_logps, parser, tokenize_completion, train
     model, tokenizer = load_model(tiny_model, trainable=True, device="cpu")
     prompt = [{"role": "system", "content": "Ask first."}, {"role": "user", "content": "I want a tip calculator."}]
     pairs = [{"chosen": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": chosen}]),
               "rejected": tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": rejected}])}
              for chosen, rejected in [("What percent is the tip?", "def tip(bill): return bill"),
                                       ("Round to 2 decimal places?", "I WANT TO ANSWER: def f(x): return 1")]]
-    reference = reference_logps(model, pairs, torch.float32, shared_prefix_logps)
     settings = parser.parse_args(["x", "--epochs", "6", "--batch-size", "2", "--lr", "1e-3", "--nll-coef", "0.01"])
+    reference = frozen_pair_logps(model, pairs, torch.float32, shared_prefix_logps, settings.pairs_per_pass)
     with open(tmp_path / "log.jsonl", "w") as log:
-        history = train(model, pairs, reference, random.Random(0), shared_prefix_logps, torch.float32, log, settings)
-    assert len(history) == 6 and len(read_jsonl(tmp_path / "log.jsonl")) == 6
-    assert abs(history[0]["margin"]) < 1e-6  # policy == reference at the first step
-    assert history[-1]["margin"] > history[0]["margin"] + 0.05 and history[-1]["accuracy"] == 1.0
-    assert set(history[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps", "tokens_per_s"}
+        records = train(model, pairs, reference, random.Random(0), shared_prefix_logps, torch.float32, log, settings)
+    assert len(records) == 6 and len(read_jsonl(tmp_path / "log.jsonl")) == 6
+    assert abs(records[0]["margin"]) < 1e-6  # policy == reference at the first step
+    assert records[-1]["margin"] > records[0]["margin"] + 0.05 and records[-1]["accuracy"] == 1.0
+    assert set(records[0]) >= {"step", "loss", "accuracy", "margin", "chosen_logps", "rejected_logps", "tokens_per_s"}
 
 
 def test_policy_batch_gives_the_same_gradient_the_plain_way_and_the_fast_way(tiny_model, monkeypatch):
-    from policy import PER_PASS, pair_prompt, parser, prompt_groups, reference_logps, tokenize_completion, train
+    from policy import frozen_pair_logps, pair_prompt, parser, prompt_groups, tokenize_completion, train
     _, tokenizer = load_model(tiny_model, device="cpu")
     prompts = [[{"role": "system", "content": "Ask first."}, {"role": "user", "content": problem}]
                for problem in ("A tip calculator.", "Pay for a shift.")]
@@ -2003,17 +2003,18 @@ def test_policy_batch_gives_the_same_gradient_the_plain_way_and_the_fast_way(tin
     pairs = [{side: tokenize_completion(tokenizer, prompt, [{"role": "assistant", "content": reply}])
               for side, reply in (("chosen", chosen), ("rejected", rejected))}
              for prompt in prompts for chosen, rejected in (replies[0:3:2], replies[1:4:2])]
-    assert prompt_groups(range(4), lambda i: pair_prompt(pairs[i])) == [[0, 1], [2, 3]]  # a turn state's pairs
-    assert [len(group) for group in prompt_groups(range(12), lambda i: pair_prompt(pairs[i % 4]))] == [PER_PASS, 2,
-                                                                                                       PER_PASS, 2]
-    gradients, references = {}, {}
     settings = parser.parse_args(["x", "--batch-size", "4", "--lr", "1e-3"])
+    per_pass = settings.pairs_per_pass
+    assert prompt_groups(range(4), lambda i: pair_prompt(pairs[i]), per_pass) == [[0, 1], [2, 3]]  # a state's pairs
+    assert [len(group) for group in prompt_groups(range(12), lambda i: pair_prompt(pairs[i % 4]), per_pass)] == [
+        per_pass, 2, per_pass, 2]
+    gradients, references = {}, {}
     for fast, logps_fn in ((True, shared_prefix_logps), (False, sequence_logps)):
         model, _ = load_model(tiny_model, trainable=True, device="cpu")
         seen = gradients.setdefault(fast, [])  # the batch's gradient, before clipping and the step
         monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
                             lambda parameters, _: seen.extend(p.grad.clone() for p in parameters))
-        references[fast] = reference_logps(model, pairs, torch.float32, logps_fn)
+        references[fast] = frozen_pair_logps(model, pairs, torch.float32, remembering() if fast else logps_fn, per_pass)
         with open(os.devnull, "w") as log:
             train(model, pairs, references[fast], random.Random(0), logps_fn, torch.float32, log, settings)
     assert references[True].shape == (4, 2) and torch.allclose(references[True], references[False], atol=1e-4)

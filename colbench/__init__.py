@@ -7,8 +7,8 @@ cli.py         argument types that refuse bad values at parse time; fail() for b
                trajectories_or_fail() for the stages' input files
 data.py        reading tasks and trajectories (JSONL) with clear errors, output paths, resumable writing,
                output folders written whole or not at all, subsets of trajectories and of tasks
-distributed.py torchrun in one place: ranks, DDP or FSDP2 wrapping, padded shares, backward, gathers,
-               checkpoints
+distributed.py torchrun in one place: ranks, DDP or FSDP2 wrapping, shares kept in step (filler passes),
+               the gradient's scale, gathers, checkpoints
 env.py         the interaction protocol: the agent's prompt, the answer marker, a dialogue's turns
 fast_logps.py  token log-probs the fast way (a shared prefix encoded once), held equal to critic.py's
 fast_sampling.py  sampling the fast way (a batch that shrinks as replies end), held equal to models.py's

@@ -70,6 +70,11 @@ def fraction_or_zero(text):
     return _checked(text, float, lambda value: 0 <= value <= 1, "a number in [0, 1]")
 
 
+def below_one(text):
+    """A number in [0, 1): one of Adam's betas."""
+    return _checked(text, float, lambda value: 0 <= value < 1, "a number in [0, 1)")
+
+
 def is_url(text):
     """Whether a model flag names a server (http:// or https://) rather than a model."""
     return text.startswith(("http://", "https://"))

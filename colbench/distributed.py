@@ -3,9 +3,9 @@
     torchrun --nproc_per_node=N critic.py SCORED.jsonl          # N processes: gloo on CPU, nccl on CUDA
     torchrun --nproc_per_node=N critic.py SCORED.jsonl --fsdp   # parameters sharded across them (FSDP2)
 
-A plain `python critic.py ...` is process 0 of 1: `share` then yields every item, none of them padding,
-`backward` is `loss.backward()`, `gather` returns its list, `wrap` returns the model, and nothing communicates.
-The stages never see a rank or the number of processes.
+A plain `python critic.py ...` is process 0 of 1: `share` then yields every item, `per_process` returns its count,
+`gather` returns its list, `wrap` returns the model, and nothing communicates. The stages never see a rank or the
+number of processes; their loops call `loss.backward()` themselves.
 """
 import atexit
 import contextlib
@@ -53,27 +53,48 @@ def is_main():
     return rank_and_world()[0] == 0
 
 
-def share(items, model=None):
-    """This process's share of `items` as (item, padding) pairs; one process: every item, padding False.
+class share:
+    """`for item in share(items, model)`: this process's share of `items` (a plain run: all of them), a pass each.
 
-    Under torchrun the shares are padded to the same length, because DDP's backward and every FSDP
-    forward need all processes: a padding pass repeats the first item with padding True, and its
-    results are dropped (`backward`; the caller skips its statistics). Given the DDP `model`, gradients
-    are synchronized on the last item only (the body of the loop runs inside DDP's no_sync for the others)."""
-    rank, world = rank_and_world()
-    mine = [(item, False) for item in items[rank::world]]
-    mine += [(items[0], True)] * (math.ceil(len(items) / world) - len(mine))
-    for i, (item, padding) in enumerate(mine):
-        ddp_accumulates = isinstance(model, DistributedDataParallel) and i < len(mine) - 1
-        with model.no_sync() if ddp_accumulates else contextlib.nullcontext():
-            yield item, padding
+    Under torchrun each process takes every N-th item, so when N does not divide the items some shares are a pass
+    short; yet each pass's collectives need every process (DDP's gradient all-reduce, each FSDP forward's and
+    backward's gathers). So given the DDP or FSDP `model`, a process whose share has ended runs `filler_pass`es
+    until the others are done. (PyTorch's Join does not do here: FSDP2 is no Joinable, and under DDP a joined
+    process all-reduces zeros, not the gradients it accumulated over its passes of the step.) DDP synchronizes
+    gradients on each process's last pass only (no_sync before it), where every process adds its whole share."""
+
+    def __init__(self, items, model=None):
+        rank, world = rank_and_world()
+        self.mine, self.model, self.passes = items[rank::world], model, math.ceil(len(items) / world)
+
+    def __len__(self):
+        return len(self.mine)
+
+    def __iter__(self):
+        communicates = isinstance(self.model, (DistributedDataParallel, FSDPModule))
+        for i in range(self.passes if communicates else len(self.mine)):
+            ddp_accumulates = isinstance(self.model, DistributedDataParallel) and i < self.passes - 1
+            with self.model.no_sync() if ddp_accumulates else contextlib.nullcontext():
+                if i < len(self.mine):
+                    yield self.mine[i]
+                else:
+                    filler_pass(self.model)
 
 
-def backward(loss, padding=False):
-    """loss.backward() of one of `share`'s passes. A padding pass adds nothing to the gradients; a real one
-    counts as many times as there are processes, since DDP and FSDP average the gradients over them, so
-    that the gradient is the one process's sum over the whole batch."""
-    (loss * (0 if padding else rank_and_world()[1])).backward()
+def filler_pass(model):
+    """A pass of the model on two tokens that adds nothing: a forward, and where gradients are on a backward of
+    0 x its logits. DDP all-reduces and FSDP gathers and reduce-scatters the same whatever the input, so this
+    process takes its part in another process's real pass."""
+    logits = model(input_ids=torch.zeros(1, 2, dtype=torch.long, device=next(model.parameters()).device)).logits
+    if torch.is_grad_enabled():
+        (logits.sum() * 0).backward()
+
+
+def per_process(count):
+    """`count` items of a batch per process: what a process divides its summed loss by. DDP and FSDP average the
+    processes' gradients, so each computes its share's sum over count / N, and their mean is the batch's mean
+    (nanoGPT's train.py divides its gradient accumulation steps by the world size the same way)."""
+    return count / rank_and_world()[1]
 
 
 def to_cpu(value):
@@ -99,18 +120,20 @@ def gather(items):
     return [item for part in parts for item in part]
 
 
-def wrap(model, fsdp=False, dtype=torch.float32):
+def wrap(model, fsdp=False, autocast_dtype=torch.float32):
     """The model to train under torchrun (else the model itself). DistributedDataParallel: a whole replica
-    in each process, gradients averaged. With `fsdp`, FSDP2 in place: each decoder layer, then the rest,
-    sharded across the processes (parameters, gradients and AdamW states: 1/N each) and gathered one
-    layer at a time for the forward and the backward pass; with a bf16 `dtype` a layer is gathered in
-    bf16 and gradients are averaged in fp32, the shards staying fp32. Create the optimizer afterwards:
-    FSDP replaces the parameters."""
+    in each process, gradients averaged; its buffers (a causal LM's are constants, the rotary frequencies) are
+    not broadcast at each forward, so that its forward passes communicate nothing and one filler_pass stands for
+    a pass of any number of forwards (--fast's prefix, then its rows). With `fsdp`, FSDP2 in place: each decoder
+    layer, then the rest, sharded across the processes (parameters, gradients and AdamW states: 1/N each) and
+    gathered one layer at a time for the forward and the backward pass; with a bf16 `autocast_dtype` a layer is
+    gathered in bf16 and gradients are averaged in fp32, the shards staying fp32. Create the optimizer
+    afterwards: FSDP replaces the parameters."""
     if not dist.is_initialized():
         return model
     if not fsdp:
-        return DistributedDataParallel(model)
-    if dtype == torch.bfloat16:
+        return DistributedDataParallel(model, broadcast_buffers=False)
+    if autocast_dtype == torch.bfloat16:
         precision = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     else:
         precision = MixedPrecisionPolicy()

@@ -3,8 +3,8 @@ memory. `--fast` switches it in, one line in critic.py and in policy.py; test_al
 
 shared_prefix_logps  sequences that begin alike (a task's trajectories, a state's candidate replies, a
                      prompt's completions): their common beginning encoded once, its KV cache serving each
-remembering          the same for passes without gradients that follow one another: each continues the KV
-                     cache of the beginning encoded last (encode_prefix)
+remembering          shared_prefix_logps for passes without gradients that follow one another: each continues
+                     the KV cache of the beginning encoded last (encode_prefix)
 TargetLogSoftmax     log_softmax(logits)[target] a few positions at a time, its gradient written out, so
                      that no fp32 copy of the [batch, seq, vocab] logits is kept for the backward pass
 """
@@ -17,10 +17,10 @@ from colbench.models import padded_batch
 
 
 def shared_prefix_logps(model, sequences, scored_from, memory=None):
-    """sequence_logps(model, sequences, scored_from) the fast way: the sequences' common prefix is encoded once and
-    its KV cache serves every sequence (gradients flow through it). Tokens from index `scored_from` on are always
-    scored; entries of the shared tokens before it are zeros. Sequences that share fewer than two tokens are
-    encoded whole. Returns a [len - 1] tensor per sequence. `memory`: see encode_prefix."""
+    """sequence_logps(model, sequences) the fast way: the sequences' common prefix is encoded once and its KV cache
+    serves every sequence (gradients flow through it). The caller reads no token before index `scored_from`: those
+    from it on are always scored; entries of the shared tokens before it are zeros. Sequences that share fewer than
+    two tokens are encoded whole. Returns a [len - 1] tensor per sequence. `memory`: see encode_prefix."""
     shared = min(scored_from, *(len(ids) - 1 for ids in sequences))
     while any(ids[:shared] != sequences[0][:shared] for ids in sequences):
         shared -= 1  # a tokenizer may merge across the boundary: share only identical tokens
@@ -38,13 +38,11 @@ def shared_prefix_logps(model, sequences, scored_from, memory=None):
     return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)]
 
 
-def remembering(logps_fn):
-    """`logps_fn` for passes without gradients that follow one another, with a model whose weights stay as they
-    are (π_ref, a trained critic scoring): shared_prefix_logps remembering, for each model, the prefix it encoded
-    last, so that the next turn state of a dialogue encodes only what the turn added. The plain way as it is."""
-    if logps_fn is shared_prefix_logps:
-        return functools.partial(shared_prefix_logps, memory={})
-    return logps_fn
+def remembering():
+    """shared_prefix_logps for passes without gradients that follow one another, with a model whose weights stay as
+    they are (π_ref, a trained critic scoring): with a memory of its own, of the prefix each model encoded last, so
+    that the next turn state of a dialogue encodes only what the turn added."""
+    return functools.partial(shared_prefix_logps, memory={})
 
 
 def encode_prefix(model, prefix, memory=None):

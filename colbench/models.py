@@ -23,6 +23,11 @@ from colbench.fast_sampling import keep_freed_memory, sample_shrinking_batch
 
 EMBEDDED = "embedded"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# --lr-schedule cosine, the official trainer's (collab_openrlhf openrlhf/cli/train_dpo.py, train_rm.py): what makes it
+# that schedule, so no flag. A linear warm-up over this fraction of the steps (its --lr_warmup_ratio, 0.03), then a
+# cosine decay to this multiple of the learning rate at the last step (its min_lr, 0.1 x the learning rate).
+WARMUP_FRACTION = 0.03
+COSINE_FLOOR = 0.1
 
 
 # ---------------------------------------------------------------- loading
@@ -94,10 +99,10 @@ def describe_dtype(stage, dtype, why):
     print(f"{stage}: {'bf16' if dtype == torch.bfloat16 else 'fp32'} forward passes: {why}", flush=True)
 
 
-def autocast(device, dtype):
-    """Forward passes of fp32 master weights in `dtype`: bf16 autocast, or nothing for fp32."""
+def autocast(device, autocast_dtype):
+    """Forward passes of fp32 master weights in `autocast_dtype`: bf16 autocast, or nothing for fp32."""
     device_type = device.type if isinstance(device, torch.device) else device
-    return torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
+    return torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=autocast_dtype == torch.bfloat16)
 
 
 def load_model(name=None, trainable=False, device=None, dtype=None, keep_freed=False):
@@ -124,12 +129,12 @@ def load_model(name=None, trainable=False, device=None, dtype=None, keep_freed=F
 SCHEDULES = ("constant", "cosine")  # the trainers' --lr-schedule
 
 
-def adamw(model, lr, total_steps, schedule="constant"):
-    """AdamW without weight decay, as the official code trains, and its learning-rate schedule (step it
-    after each optimizer step). constant: lr throughout. cosine, the official code's: a linear warm-up over
-    the first 3% of the steps, then a cosine decay to 0.1 x lr at the last step."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    warmup = math.ceil(0.03 * total_steps)
+def adamw(model, lr, total_steps, schedule="constant", betas=(0.9, 0.999), weight_decay=0.0):
+    """AdamW (the stages' --adam-betas, --weight-decay) and its learning-rate schedule (step it after each
+    optimizer step). constant: lr throughout. cosine, the official code's: a linear warm-up over the first
+    WARMUP_FRACTION of the steps, then a cosine decay to COSINE_FLOOR x lr at the last step."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(betas), weight_decay=weight_decay)
+    warmup = math.ceil(WARMUP_FRACTION * total_steps)
 
     def factor(step):  # the learning rate of optimizer step `step` (from 0), as a multiple of lr
         if schedule == "constant":
@@ -137,7 +142,7 @@ def adamw(model, lr, total_steps, schedule="constant"):
         if step < warmup:
             return (step + 1) / warmup
         progress = (step - warmup) / max(1, total_steps - 1 - warmup)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+        return COSINE_FLOOR + (1 - COSINE_FLOOR) * 0.5 * (1 + math.cos(math.pi * progress))
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 

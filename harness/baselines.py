@@ -28,10 +28,11 @@ from colbench.data import default_output, finish_folder, partial_folder, succeed
 from colbench.env import agent_messages, turn_budget
 from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype, load_model,
                              plain_messages)
-from colbench.fast_logps import shared_prefix_logps
+from colbench.fast_logps import remembering, shared_prefix_logps
 from critic import PAIRINGS, preference_pairs, sequence_logps
-from policy import (completion_logps, dpo_nll_loss, log_step, reference_logps, shuffled_batches,
+from policy import (completion_logps, dpo_nll_loss, frozen_pair_logps, log_step, shuffled_batches,
                     tokenize_completion)
+from policy import parser as policy_parser
 
 METHODS = ("mt-dpo", "rft", "sft")
 
@@ -121,39 +122,39 @@ def nll_loss(logps_fn):
     return loss_of
 
 
-def train_on_batch(model, optimizer, schedule, batch, examples, reference, loss_of, dtype):
+def train_on_batch(model, optimizer, schedule, batch, examples, reference, loss_of, autocast_dtype):
     """One optimizer step on a batch of example indices, one example per forward pass, their gradients
     added up: `loss_of(model, reference, index, example)` -> (loss, statistics, tokens). Returns this
     process's statistics."""
     measured, device = [], next(model.parameters()).device
-    for index, padding in distributed.share(batch, model):  # torchrun: this process's examples
-        with autocast(device, dtype):
+    examples_per_process = distributed.per_process(len(batch))  # torchrun: DDP and FSDP average over N processes
+    for index in distributed.share(batch, model):  # torchrun: this process's examples, the passes kept in step
+        with autocast(device, autocast_dtype):
             loss, statistics, tokens = loss_of(model, reference, index, examples[index])
-        distributed.backward(loss / len(batch), padding)  # .backward() of the mean over the batch
-        if not padding:
-            measured.append(dict(statistics, loss=loss.item(), tokens=tokens))
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        (loss / examples_per_process).backward()  # gradients add up to the batch mean's
+        measured.append(dict(statistics, loss=loss.item(), tokens=tokens))
+    torch.nn.utils.clip_grad_norm_(model.parameters(), policy_parser.get_default("max_grad_norm"))
     optimizer.step()
     schedule.step()
     optimizer.zero_grad()
     return measured
 
 
-def train(model, examples, reference, loss_of, rng, log_path, dtype, epochs, batch_size, lr, lr_schedule):
+def train(model, examples, reference, loss_of, rng, log_path, autocast_dtype, epochs, batch_size, lr, lr_schedule):
     """policy.py's loop with another loss: AdamW over shuffled batches of `batch_size` examples, a log
     line per step. `model` is as distributed.wrap returned it; log_path None: no log (a torchrun
     process but the first)."""
     steps = math.ceil(len(examples) / batch_size) * epochs
-    optimizer, schedule = adamw(model, lr, steps, lr_schedule)
-    history = []
+    optimizer, schedule = adamw(model, lr, steps, lr_schedule)  # betas and weight decay: policy.py's defaults
+    records = []
     with open(log_path or os.devnull, "w") as log:
         # Each example on its own in the shuffle: with a task's dialogues side by side (as policy.py keeps a
         # turn state's pairs), the warm start passed 20% of the validation dialogues, not 61% (docs/RESULTS.md).
         for number, epoch, batch in shuffled_batches([[i] for i in range(len(examples))], batch_size, epochs, rng):
             started = time.time()
-            measured = train_on_batch(model, optimizer, schedule, batch, examples, reference, loss_of, dtype)
-            history.append(log_step(log, number, epoch, steps, measured, len(batch), started))
-    return history
+            measured = train_on_batch(model, optimizer, schedule, batch, examples, reference, loss_of, autocast_dtype)
+            records.append(log_step(log, number, epoch, steps, measured, len(batch), started))
+    return records
 
 
 def main(args):
@@ -178,8 +179,8 @@ def main(args):
               "to fine-tune on")
         if not rows:
             fail("no successful trajectory to fine-tune on" if args.method == "rft" else "no trajectory to train on")
-    dtype, why = compute_dtype(args.dtype)
-    describe_dtype(args.method, dtype, why)
+    autocast_dtype, why = compute_dtype(args.dtype)
+    describe_dtype(args.method, autocast_dtype, why)
     data_file = "pairs.jsonl" if args.method == "mt-dpo" else "sft.jsonl"
     folder = partial_folder(out) if distributed.is_main() else None  # renamed to `out` once whole
     if folder:
@@ -190,27 +191,29 @@ def main(args):
     model, tokenizer = load_model(args.model, trainable=True, keep_freed=args.fast)  # fp32 master weights
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    trained = distributed.wrap(model, args.fsdp, dtype)  # torchrun: DDP replicas or FSDP2 shards; else `model`
+    trained = distributed.wrap(model, args.fsdp, autocast_dtype)  # torchrun: DDP replicas or FSDP2 shards; else `model`
     logps_fn = shared_prefix_logps if args.fast else sequence_logps  # --fast: the named fast path
     by_key = {(t["task_id"], t["sample_idx"]): t for t in trajectories}
     started = time.time()
     if args.method == "mt-dpo":  # each side: its trajectory's agent turns, under the prompt the agent saw
         examples = [{side: trajectory_sequence(tokenizer, by_key[row["task_id"], row[f"{side}_sample_idx"]])
                      for side in ("chosen", "rejected")} for row in rows]
-        reference = reference_logps(model, examples, dtype, logps_fn)  # π_ref: the policy before training
+        reference = frozen_pair_logps(model, examples, autocast_dtype, remembering() if args.fast else logps_fn,
+                                      policy_parser.get_default("pairs_per_pass"))  # π_ref: the policy before training
         loss_of = mt_dpo_loss(args.beta, args.nll_coef, logps_fn)
     else:
         examples = [{"completion": trajectory_sequence(tokenizer, by_key[row["task_id"], row["sample_idx"]])}
                     for row in rows]
         reference, loss_of = None, nll_loss(logps_fn)
-    history = train(trained, examples, reference, loss_of, random.Random(args.seed), folder and os.path.join(folder, "log.jsonl"),
-                    dtype, args.epochs, args.batch_size, args.lr, args.lr_schedule)
+    records = train(trained, examples, reference, loss_of, random.Random(args.seed),
+                    folder and os.path.join(folder, "log.jsonl"), autocast_dtype, args.epochs, args.batch_size, args.lr,
+                    args.lr_schedule)
     if distributed.save_checkpoint(folder, model, tokenizer):  # torchrun: only the first process writes
         finish_folder(folder, out)
-        last = history[-1]
+        last = records[-1]
         summary = f"accuracy {last['accuracy']:.2f} | margin {last['margin']:.4g}" if "margin" in last else \
             f"nll {last['nll']:.4g}"
-        print(f"done: {len(history)} steps in {time.time() - started:.0f} s | last step: loss {last['loss']:.4g} | "
+        print(f"done: {len(records)} steps in {time.time() - started:.0f} s | last step: loss {last['loss']:.4g} | "
               f"{summary} -> {out}/ ({data_file}, log.jsonl, checkpoint)")
 
 

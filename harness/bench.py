@@ -223,7 +223,7 @@ def timed(function):
 
 def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
     from critic import Critic, score_candidates
-    from colbench.fast_logps import remembering, shared_prefix_logps
+    from colbench.fast_logps import remembering
     from colbench.data import load_tasks
     rng = random.Random(0)
     task = load_tasks(os.path.join(HERE, "colbench", "tasks", "backend_train.jsonl"))[0]
@@ -234,7 +234,7 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
     torch.manual_seed(0)
     model, tokenizer = load_model(None)
     reference_model, _ = load_model(None)
-    critic = Critic(model, reference_model, tokenizer, logps_fn=remembering(shared_prefix_logps))
+    critic = Critic(model, reference_model, tokenizer, logps_fn=remembering())
     plain = Critic(model, reference_model, tokenizer)  # each reply's sequence encoded whole
     first_reply = history + [{"role": "assistant", "content": replies[0]}]
     length = len(tokenize_turns(tokenizer, critic_messages(task, first_reply, 3))[0])
@@ -258,8 +258,8 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
     from harness import baselines
-    from policy import reference_logps, tokenize_completion
-    from colbench.fast_logps import shared_prefix_logps
+    from policy import frozen_pair_logps, parser, tokenize_completion
+    from colbench.fast_logps import remembering, shared_prefix_logps
     rng = random.Random(0)
     rows = []
     for _ in range(pairs):
@@ -277,7 +277,7 @@ def bench_dpo_vs_trl(pairs=8, batch_size=4, prompt_tokens=300, reply_tokens=60):
     def ours():
         examples = [{side: tokenize_completion(tokenizer, row["prompt"], row[side]) for side in ("chosen", "rejected")}
                     for row in rows]
-        reference = reference_logps(model, examples, dtype, shared_prefix_logps)
+        reference = frozen_pair_logps(model, examples, dtype, remembering(), parser.get_default("pairs_per_pass"))
         with tempfile.TemporaryDirectory() as folder:
             loss_of = baselines.mt_dpo_loss(beta, nll_coef, shared_prefix_logps)
             baselines.train(model, examples, reference, loss_of, random.Random(0), f"{folder}/log.jsonl", dtype,

@@ -24,7 +24,7 @@ from colbench.data import load_trajectories, write_jsonl
 from colbench.env import ANSWER_MARKER, agent_messages, extract_answer, turn_budget, turn_states
 from colbench.models import DTYPES, chat_text, compute_dtype, describe_dtype, load_model, sample_candidates
 from colbench.stats import bootstrap_mean_ci, spearman
-from colbench.fast_logps import shared_prefix_logps
+from colbench.fast_logps import remembering
 from critic import load_critic, score_candidates
 
 EVALUATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "evaluate.py")  # run, not imported
@@ -114,7 +114,7 @@ def main(args):
     if not judged:
         fail("no held-out state has answers that the tests tell apart: sample more (--max-states, --candidates)")
     for critic_dir in args.critic:
-        critic = load_critic(critic_dir, autocast_dtype=dtype, logps_fn=shared_prefix_logps)  # the fast path
+        critic = load_critic(critic_dir, autocast_dtype=dtype, logps_fn=remembering())  # the fast path
         scores = [score_candidates(critic, group[0]["task"], states[s][2], turn_budget(states[s][0]),
                                    [row["dialogue_history"][-1]["content"] for row in group])
                   for s, group in judged.items()]
