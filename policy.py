@@ -365,9 +365,8 @@ def main(args):
     else:
         candidates = sample(mine, args.sampler or args.model, args.candidates, args.max_new_tokens, args.temperature,
                             args.sample_batch_size, forward_dtype, shrinking_batch=args.fast)  # --fast: fast sampling
-    # --fast without gradients (ranking, π_ref): each pass continues the KV cache of the prefix encoded last
     ranked = rank_candidates(mine, candidates, critic_dir, args.pairs_per_turn, args.seed, rng, forward_dtype,
-                             remembering() if args.fast else logps_fn)
+                             remembering() if args.fast else logps_fn)  # continuing the prefix encoded last
     candidate_rows, pair_rows = map(distributed.gather, ranked)  # torchrun: every process's
     print(f"{len(pair_rows)} pairs from {len(states)} turn states of {len(trajectories)} trajectories")
     if not pair_rows:
@@ -375,13 +374,11 @@ def main(args):
     folder = partial_folder(out) if distributed.is_main() else None  # renamed to `out` once whole
     if folder:
         write_ranking(folder, vars(args), candidate_rows, pair_rows)
-
     # Phase 3: DPO + NLL from the starting policy, fp32 master weights (bf16 rounds updates away).
     model, tokenizer = load_model(args.model, trainable=True, keep_freed=args.fast)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    # torchrun: DDP replicas, or with --fsdp `model` itself sharded (before π_ref, which FSDP then
-    # computes as training does). A plain run trains `model` itself.
+    # torchrun: DDP replicas, or with --fsdp `model` itself sharded, π_ref too. A plain run trains `model` itself.
     trained = distributed.wrap(model, args.fsdp, forward_dtype)
     pairs = [{side: tokenize_completion(tokenizer, row["prompt"], row[side])
               for side in ("chosen", "rejected")} for row in pair_rows]

@@ -2051,9 +2051,9 @@ def test_critic_and_policy_run_by_default_the_sequence_logps_they_show(tmp_path,
     import policy
     calls, plain = [], critic.sequence_logps
 
-    def counted(model, sequences, scored_from=1):
+    def counted(model, sequences):
         calls.append(len(sequences))
-        return plain(model, sequences, scored_from)
+        return plain(model, sequences)
 
     def never(*args, **kwargs):
         raise AssertionError("the fast path ran without --fast")
