@@ -7,9 +7,12 @@ default page (colbench/page.py DEFAULTS, under the request's name: what a script
 the default page with one subject set right; the reference page with one subject left at the default; and the
 reference itself. A subject is set right or left at the default only where the task departs in it. A departure
 worth telling moves the mean when set right alone; none should make up most of the room (default page to
-reference) alone.
+reference) alone. And the page that one question about a fixed pair of subjects lets a script write (the default
+page with the pair's departures right): what any fixed question gets in two turns, where reading the request's
+hints gets the reference.
 """
 import argparse
+import itertools
 import json
 
 from colbench.cli import fail
@@ -27,6 +30,8 @@ def variants(task):
     for subject in SUBJECTS:
         pages[f"+{subject}"] = build_page({**default, subject: facts[subject]}, title)
         pages[f"-{subject}"] = build_page({**facts, subject: default[subject]}, title)
+    for pair in itertools.combinations(SUBJECTS, 2):
+        pages["ask " + "+".join(pair)] = build_page({**default, **{s: facts[s] for s in pair}}, title)
     pages["reference"] = task["ground_truth"]
     return pages
 
@@ -51,6 +56,9 @@ def main():
     for s in SUBJECTS:
         gain, cost = mean[f"+{s}"] - mean["default"], mean["reference"] - mean[f"-{s}"]
         print(f"| {s} | {mean[f'+{s}']:.3f} ({gain:+.3f}) | {gain / room:.0%} | {mean[f'-{s}']:.3f} | {cost:+.3f} |")
+    pairs = [name for name in names if name.startswith("ask ")]
+    print("\n| asked, a fixed pair | mean score |\n|---|---|\n" + "\n".join(
+        f"| {name[4:]} | {mean[name]:.3f} |" for name in sorted(pairs, key=mean.get, reverse=True)))
     with open(args.out, "w") as f:
         json.dump({"tasks": len(tasks), "mean_score": mean}, f, indent=1)
 
