@@ -44,7 +44,7 @@ TITLES = {title: kind for kind, (title, _) in SECTIONS.items()}
 SUBJECTS = ("colors", "accent", "layout", "sections")
 
 
-def facts(palette, accent, layout, sections):
+def facts_of(palette, accent, layout, sections):
     """A page's facts: {subject: value}, the colors from PALETTES' `palette`."""
     return {"colors": dict(zip(COLOR_PARTS, PALETTES[palette])), "accent": accent, "layout": layout,
             "sections": list(sections)}
@@ -52,14 +52,14 @@ def facts(palette, accent, layout, sections):
 
 # kind of site -> its default page: what a script that asks nothing writes for a site of that kind.
 DEFAULTS = {
-    "bakery": facts("cream and brown", "chocolate", "hero", ["About Us", "Gallery", "Hours", "Contact"]),
-    "law firm": facts("navy and white", "gold", "single", ["About Us", "Services", "Our Team", "Contact"]),
-    "hiking club": facts("forest green", "forestgreen", "cards", ["About Us", "Gallery", "Reviews", "FAQ"]),
-    "dental clinic": facts("white and slate", "teal", "single", ["Services", "Hours", "FAQ", "Contact"]),
-    "yoga studio": facts("lavender", "mediumpurple", "hero", ["About Us", "Hours", "Our Team", "Reviews"]),
-    "bookstore": facts("sand", "firebrick", "sidebar", ["About Us", "Reviews", "Hours", "Contact"]),
-    "coffee shop": facts("charcoal", "orange", "cards", ["Hours", "Gallery", "Reviews", "Contact"]),
-    "gym": facts("slate", "crimson", "sidebar", ["Services", "Our Team", "Hours", "FAQ"]),
+    "bakery": facts_of("cream and brown", "chocolate", "hero", ["About Us", "Gallery", "Hours", "Contact"]),
+    "law firm": facts_of("navy and white", "gold", "single", ["About Us", "Services", "Our Team", "Contact"]),
+    "hiking club": facts_of("forest green", "forestgreen", "cards", ["About Us", "Gallery", "Reviews", "FAQ"]),
+    "dental clinic": facts_of("white and slate", "teal", "single", ["Services", "Hours", "FAQ", "Contact"]),
+    "yoga studio": facts_of("lavender", "mediumpurple", "hero", ["About Us", "Hours", "Our Team", "Reviews"]),
+    "bookstore": facts_of("sand", "firebrick", "sidebar", ["About Us", "Reviews", "Hours", "Contact"]),
+    "coffee shop": facts_of("charcoal", "orange", "cards", ["Hours", "Gallery", "Reviews", "Contact"]),
+    "gym": facts_of("slate", "crimson", "sidebar", ["Services", "Our Team", "Hours", "FAQ"]),
 }
 
 STYLE = ("body{margin:0;background:var(--background);color:var(--text)}b{color:var(--accent)}"
