@@ -131,8 +131,8 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
     moves, weights = list(PAGE_MOVES), list(PAGE_MOVES.values())
     title = request_title(task) or "Welcome"
     for _ in range(max_turns - 1):
-        known = {**default_facts(task), **facts_heard(episode.dialogue)}  # the default, and what the human told
-        untold = [topic for topic in topics if topic not in facts_heard(episode.dialogue)]
+        heard = facts_heard(episode.dialogue)  # what the human's replies told
+        known, untold = {**default_facts(task), **heard}, [topic for topic in topics if topic not in heard]
         if rng.random() < ANSWER_EARLY["some facts untold" if untold else "every fact told"]:
             break
         move = rng.choices(moves, weights)[0]
@@ -147,13 +147,14 @@ def frontend_dialogue(task, sample_idx, rng, max_turns=3):
             text = rng.choice(GENERAL_QUESTIONS)
         episode.add_agent_turn(Scripted(text, ""))
         episode.add_human_turn(human.reply(task, episode.dialogue))
-    facts = {**default_facts(task), **facts_heard(episode.dialogue)}
+    heard = facts_heard(episode.dialogue)
+    facts = {**default_facts(task), **heard}
     if episode.agent_turns == max_turns - 1 and rng.random() < LAST_TURN_QUESTION:  # too late: no page
-        untold = [topic for topic in topics if topic not in facts_heard(episode.dialogue)]
+        untold = [topic for topic in topics if topic not in heard]
         episode.add_agent_turn(Scripted(page_subject_question(rng.choice(untold), rng) if untold
                                         else rng.choice(GENERAL_QUESTIONS), ""))
         return episode.record()
-    if "colors" in facts_heard(episode.dialogue) and rng.random() < SLIP:
+    if "colors" in heard and rng.random() < SLIP:
         part = rng.choice(sorted(facts["colors"]))
         facts["colors"] = dict(facts["colors"], **{part: rng.choice(["white", "black", "gray", "red", "blue"])})
     episode.add_agent_turn(Scripted(f"{ANSWER_MARKER}\n{build_page(facts, title)}", ""))
