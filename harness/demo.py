@@ -73,7 +73,8 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 # chosen on a validation split of the RL training tasks (docs/RESULTS.md). The warm start's learning rate and batch
 # come from the frontend validation before this redesign (docs/NOTEBOOK.md); its three dialogues a task were set by
 # hand: with one, the start's offline pages had the kind's default sections in 0 of 37 dialogues that left them
-# untold, its colors in 5 of 42. The policy's learning rate is the backend's. A page is at most ~190 tokens (the site's style sheet is not in it): 256 new tokens hold one.
+# untold, its colors in 5 of 42. The policy's learning rate is the backend's. A page is at most ~190 tokens (the
+# site's style sheet is not in it): 256 new tokens hold one.
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=3, warm_lr=2e-4, warm_batch_size=4, rl_tasks=24, samples=4,
                 test_samples=3, max_turns=2, max_new_tokens=256, critic_head="value", critic_beta=1.0,
                 critic_epochs=2, critic_lr=1e-4, critic_max_length=2048, critic_pairing="official", page_facts=True,
@@ -556,17 +557,23 @@ def length_pair_accuracy(metrics, scored_path):
     return sum(pair_outcomes(margins)) / max(1, len(margins))
 
 
-def ranked_pairs(policy_folder, scored_path):
-    """SWEET-RL's pairs by whether the critic chose the reply that can still tell more (colbench/frontend.py
-    `can_still_tell`, the embedded human's rules; the offline dialogues of `scored_path` give each pair's
-    history): right, wrong, or alike (both can, both cannot, or the order is not settled)."""
+def replies_told(path, scored_path, replies_of):
+    """Each row of a policy.py output (`path`: pairs.jsonl or candidates.jsonl) with what its replies
+    (`replies_of(row)`) can still tell by the embedded human's rules (colbench/frontend.py `can_still_tell`), each
+    read under the turn state the offline dialogues of `scored_path` give the row."""
     states = {policy_stage.state_key(state): state for state in turn_states(load_trajectories(scored_path))}
-    counts = {"right": 0, "wrong": 0, "alike": 0}
-    for _, row in read_jsonl(os.path.join(policy_folder, "pairs.jsonl"), allow_empty=True):
+    for _, row in read_jsonl(path, allow_empty=True):
         trajectory, turn, history = states[row["task_id"], row["sample_idx"], row["turn"]]
         last_turn = turn == turn_budget(trajectory) - 1
-        chosen, rejected = (can_still_tell(trajectory["task"], history, row[side][0]["content"], last_turn)
-                            for side in ("chosen", "rejected"))
+        yield row, [can_still_tell(trajectory["task"], history, reply, last_turn) for reply in replies_of(row)]
+
+
+def ranked_pairs(policy_folder, scored_path):
+    """SWEET-RL's pairs by whether the critic chose the reply that can still tell more (replies_told): right, wrong,
+    or alike (both can, both cannot, or the order is not settled)."""
+    counts = {"right": 0, "wrong": 0, "alike": 0}
+    for _, (chosen, rejected) in replies_told(os.path.join(policy_folder, "pairs.jsonl"), scored_path,
+                                              lambda row: [row[side][0]["content"] for side in ("chosen", "rejected")]):
         counts["alike" if None in (chosen, rejected) or chosen == rejected else
                "right" if chosen > rejected else "wrong"] += 1
     return counts
@@ -574,13 +581,10 @@ def ranked_pairs(policy_folder, scored_path):
 
 def rules_order(policy_folder, scored_path):
     """The critic's turn order by the human's rules: of each turn state's candidate pairs (candidates.jsonl) that
-    `can_still_tell` settles, the share that the critic's scores order the rules' way (ties half), and their count."""
-    states = {policy_stage.state_key(state): state for state in turn_states(load_trajectories(scored_path))}
+    the rules settle (replies_told), the share that the critic's scores order their way (ties half), and their count."""
     outcomes = []
-    for _, row in read_jsonl(os.path.join(policy_folder, "candidates.jsonl"), allow_empty=True):
-        trajectory, turn, history = states[row["task_id"], row["sample_idx"], row["turn"]]
-        last_turn = turn == turn_budget(trajectory) - 1
-        tells = [can_still_tell(trajectory["task"], history, reply, last_turn) for reply in row["candidates"]]
+    for row, tells in replies_told(os.path.join(policy_folder, "candidates.jsonl"), scored_path,
+                                   lambda row: row["candidates"]):
         for i, j in ((i, j) for i in range(len(tells)) for j in range(i + 1, len(tells))):
             if None not in (tells[i], tells[j]) and tells[i] != tells[j]:
                 outcomes += pair_outcomes([(row["scores"][i] - row["scores"][j]) * (tells[i] - tells[j])])
