@@ -37,7 +37,7 @@ from colbench.stats import bootstrap_mean_ci, pair_outcomes
 
 PAIRINGS = ("all", "official")  # the rules of preference_pairs
 SCORES = ("token-mean", "turn-sum")  # a trajectory's score in Eq. 2 (trajectory_scores)
-HEADS = ("log-ratio", "value")  # what scores a turn: Eq. 3's A_t, or the official frontend critic's V_t
+HEADS = ("log-ratio", "value", "sequence-value")  # what scores a turn: Eq. 3's A_t, or a value head's V_t (turn_values)
 VALUE_HEAD = "value_head.pt"  # --head value: the head's weights, beside the checkpoint
 OFFICIAL_FRONTEND_GAP = 0.1  # --pairing official: sweet_rl scripts/evaluate_html.py skips pairs closer in reward
 
@@ -47,7 +47,7 @@ parser.add_argument("--out", help="critic folder to write (default runs/<stem>.c
 parser.add_argument("--model", default="embedded",
                     help="initial critic and π_ref: model folder, hub id or 'embedded' (paper: Llama-3.1-8B-Instruct)")
 parser.add_argument("--head", default="log-ratio", choices=HEADS,
-                    help="log-ratio: Eq. 3 against π_ref (paper); value: a linear head (official frontend critic)")
+                    help="log-ratio: Eq. 3 against π_ref (paper); value, sequence-value: a value head (turn_values)")
 parser.add_argument("--beta", type=positive_float, default=0.1, help="β of Eq. 2 (paper: 0.1; official value head: 1)")
 parser.add_argument("--lr", type=positive_float, default=1e-4, help="AdamW learning rate (paper: 2e-7)")
 parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the training pairs (paper: 4)")
@@ -184,12 +184,12 @@ def turn_advantages(critic_logps, reference_logps, spans, normalize=True):
     return torch.stack([turn.mean() if normalize else turn.sum() for turn in per_turn])  # [turns]
 
 
-def turn_values(hidden_states, value_head, spans):
+def turn_values(hidden_states, value_head, spans, through=False):
     """--head value, the official frontend critic: V_t = w · (1/L_t) Σ_l h_t^l, the value head w (a linear layer
     [hidden] -> 1, no bias) on the mean of turn t's last hidden states, which have read c and the dialogue before.
-    hidden_states: [seq, hidden]; spans: turn t's tokens are [start, end). Returns [turns]. (The official code
-    averages w · h over the whole sequence: one value a dialogue.)"""
-    means = torch.stack([hidden_states[start:end].mean(0) for start, end in spans])  # [turns, hidden]
+    hidden_states: [seq, hidden]; spans: turn t's tokens are [start, end). Returns [turns]. `through` (--head
+    sequence-value): the mean of the states [0, end), as the official code averages w · h over a whole sequence."""
+    means = torch.stack([hidden_states[0 if through else start:end].mean(0) for start, end in spans])  # [turns, hidden]
     return value_head(means).squeeze(-1)                                               # [turns]
 
 
@@ -206,7 +206,8 @@ def turn_scores(model, views, trajectory_ids, reference_logps_by_id, logps_fn, n
     its V_t; else its A_t (Eq. 3) against π_ref's `reference_logps_by_id` ({id: [seq - 1]}), by `logps_fn`."""
     if hasattr(model, "value_head"):
         states = sequence_states(model, [views[i]["ids"] for i in trajectory_ids])
-        return {i: turn_values(h, model.value_head, views[i]["spans"]) for i, h in zip(trajectory_ids, states)}
+        return {i: turn_values(h, model.value_head, views[i]["spans"], model.value_through)
+                for i, h in zip(trajectory_ids, states)}
     critic_logps_by_id = task_logps(model, views, trajectory_ids, logps_fn)
     return {i: turn_advantages(critic_logps_by_id[i], reference_logps_by_id[i], views[i]["spans"], normalize)
             for i in trajectory_ids}
@@ -351,8 +352,8 @@ def load_critic(critic_dir, device=None, autocast_dtype=torch.float32, logps_fn=
         saved = json.load(f)
     model, tokenizer = load_model(critic_dir, device=device, dtype=torch.float32)
     reference_model = None
-    if saved.get("head", "log-ratio") == "value":
-        model.value_head = value_head(model)
+    if saved.get("head", "log-ratio") != "log-ratio":
+        model.value_head, model.value_through = value_head(model), saved["head"] == "sequence-value"
         model.value_head.load_state_dict(torch.load(os.path.join(critic_dir, VALUE_HEAD), map_location=model.device))
     else:
         base = saved["model_path"] if os.path.isdir(saved["model_path"]) else saved["model"]
@@ -419,7 +420,7 @@ def save(folder, arguments, metrics, trajectories, per_turn, views):
 def main(args):
     if args.fast and (args.fsdp or args.gradient_checkpointing):  # neither backpropagates into a shared KV cache
         parser.error("--fast cannot be used with --fsdp or --gradient-checkpointing")
-    if args.head == "value" and (args.fsdp or int(os.environ.get("WORLD_SIZE", "1")) > 1):  # head outside forward()
+    if args.head != "log-ratio" and (args.fsdp or int(os.environ.get("WORLD_SIZE", "1")) > 1):  # head outside forward()
         parser.error("--head value trains in one process: not under torchrun or with --fsdp")
     distributed.init()  # torchrun: join the process group; a plain run is the only process
     out = args.out or default_output(args.scored, ".critic")
@@ -438,8 +439,8 @@ def main(args):
     views = critic_views(tokenizer, used, not args.no_solution, args.max_length, args.page_facts)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-    if args.head == "value":  # the official frontend critic: a value head, trained with the body; no π_ref
-        model.value_head = value_head(model)
+    if args.head != "log-ratio":  # the official frontend critic: a value head, trained with the body; no π_ref
+        model.value_head, model.value_through = value_head(model), args.head == "sequence-value"
     # torchrun: DDP replicas, or with --fsdp `model` itself sharded before π_ref. A plain run trains `model` itself.
     trained = distributed.wrap(model, args.fsdp, autocast_dtype)
     logps_fn = shared_prefix_logps if args.fast else sequence_logps  # --fast: the named fast path
@@ -461,7 +462,7 @@ def main(args):
     if eval_pairs:
         per_turn = frozen(score_turns, model, views, held_out, autocast_dtype, "held-out")
         after = held_out_metrics(per_turn, views, eval_pairs, args.beta, token_mean)
-    if args.head == "value":  # the checkpoint stays a plain causal LM, which any loader reads
+    if args.head != "log-ratio":  # the checkpoint stays a plain causal LM, which any loader reads
         torch.save(model.value_head.state_dict(), os.path.join(folder, VALUE_HEAD))
         del model.value_head
     if not distributed.save_checkpoint(folder, model, tokenizer):  # torchrun: the first writes

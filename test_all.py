@@ -1459,6 +1459,9 @@ def test_value_head_turn_values_and_their_bradley_terry_loss_equal_hand_computed
     # turn 1: positions 1..2, mean (2, 0.5), value 2 - 1 = 1; turn 2: positions 3..4, mean (1, 1.5), value 1 - 3 = -2
     values = critic.turn_values(states, head, [(1, 3), (3, 5)])
     assert values.tolist() == pytest.approx([1.0, -2.0])
+    # --head sequence-value: positions 0..2, mean (13/3, 10/3), value -7/3; positions 0..4, mean (3, 2.6), value -2.2
+    through = critic.turn_values(states, head, [(1, 3), (3, 5)], through=True)
+    assert through.tolist() == pytest.approx([-7 / 3, -2.2])
     scores = critic.trajectory_scores({"t": values}, {"t": {"spans": [(1, 3), (3, 5)]}}, ["t"], token_mean=False)
     assert scores.item() == pytest.approx(-1.0)  # Σ_t V_t
     # Eq. 2 on the values, β 1 (the official value head's loss): −log σ(−1 − 0.5) = log(1 + e^1.5)
@@ -1466,18 +1469,19 @@ def test_value_head_turn_values_and_their_bradley_terry_loss_equal_hand_computed
     assert loss.item() == pytest.approx(math.log(1 + math.exp(1.5)), abs=1e-6)
 
 
-def test_critic_value_head_learns_a_planted_pattern_and_ranks_candidates_by_it(tmp_path, tiny_model):
+@pytest.mark.parametrize("head", ["value", "sequence-value"])
+def test_critic_value_head_learns_a_planted_pattern_and_ranks_candidates_by_it(tmp_path, tiny_model, head):
     data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=16)
-    out = tmp_path / "critic"
-    critic.main(critic.parser.parse_args([data, "--model", tiny_model, "--out", str(out), "--head", "value",
-                                          "--beta", "1", "--lr", "3e-3", "--epochs", "4", "--batch-size", "4",
+    out = tmp_path / "critic"  # 8 epochs (Table 5's frontend critic): a mean through the turn dilutes the phrase
+    critic.main(critic.parser.parse_args([data, "--model", tiny_model, "--out", str(out), "--head", head,
+                                          "--beta", "1", "--lr", "3e-3", "--epochs", "8", "--batch-size", "4",
                                           "--eval-fraction", "0.25", "--dtype", "fp32"]))
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["eval_tasks"], metrics["eval_pairs"]) == (4, 8)
     assert metrics["before"]["pair_accuracy"] < 0.9 < metrics["after"]["pair_accuracy"]
     assert (out / critic.VALUE_HEAD).exists() and not (out / "partial").exists()
     loaded = critic.load_critic(str(out))
-    assert loaded.reference_model is None and hasattr(loaded.model, "value_head")
+    assert loaded.reference_model is None and loaded.model.value_through == (head == "sequence-value")
     task = dict(TIP_TASK, task_id="new", problem_description="Task 99: What is the discount?")
     history = [{"role": "user", "content": task["problem_description"]}]
     planted, plain = "I WANT TO ANSWER: def tip(bill): return bill", "What is the discount? Round to decimal places."
