@@ -365,8 +365,7 @@ def load_critic(critic_dir, device=None, autocast_dtype=torch.float32, logps_fn=
 @torch.no_grad()
 def score_candidates(critic, task, history, max_turns, candidates):
     """A(o_t, a, c) of each candidate reply a to `history` (ending with a user turn) under a budget of `max_turns`:
-    Eq. 3 of the reply's turn (--head value: its V_t), in its view cut to the critic's max_length as in training.
-    A reply twice: once."""
+    Eq. 3 of its turn (a value head: its V_t), in its view cut to max_length as in training; a reply twice: once."""
     if not candidates:
         return []
     distinct = list(dict.fromkeys(candidates))
@@ -431,8 +430,7 @@ def main(args):
     trajectories = trajectories_or_fail(args.scored, rewards_for="the critic")
     train_pairs, eval_pairs, used, counts = pairs_split_by_task(
         trajectories, args.min_reward_gap, args.pairing, args.eval_fraction, rng)
-    # The critic π_θ: fp32 master weights, forward passes in `autocast_dtype`.
-    autocast_dtype, why = compute_dtype(args.dtype)
+    autocast_dtype, why = compute_dtype(args.dtype)  # the critic π_θ: fp32 weights, forward passes in autocast_dtype
     describe_dtype("critic", autocast_dtype, why)
     base_model = resolve_model(args.model)
     model, tokenizer = load_model(base_model, trainable=True, keep_freed=args.fast)
