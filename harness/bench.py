@@ -54,7 +54,7 @@ one pair of 1024-token dialogues, read from the finished child's rusage; also wi
 prefix_scoring: the critic scoring 16 candidate replies (~100 tokens) of one state whose
 history is ~1000 tokens, once with critic.py's shared-history KV cache and once as 16 full
 sequences (4 per forward pass: one pass is timed and counted 4 times); how many times faster the cache is.
-Target: >= 4x.
+Each way as its stage runs it: the cache with --fast's kept freed memory, the full sequences without. Target: >= 4x.
 
 dpo_vs_trl: one DPO + NLL epoch of the project's trainer (harness/baselines.py's Multi-Turn DPO: the
 loss and loop of policy.py) against TRL's DPOTrainer on the same pairs, model, batch size and precision
@@ -240,7 +240,9 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
     length = len(tokenize_turns(tokenizer, critic_messages(task, first_reply, 3))[0])
     score_candidates(critic, task, history, 3, replies[:2])  # warm-up for both ways
     shared = []
+    keep_freed_memory()  # each way as its stage runs it: the cache with --fast's kept memory (load_model keep_freed)
     shared_s = timed(lambda: shared.extend(score_candidates(critic, task, history, 3, replies)))
+    keep_freed_memory(False)  # the whole sequences as a default run: glibc's defaults
     # Whole sequences go 4 to a forward pass; the 4 passes cost the same, so one is timed and counted 4 times.
     full = []
     full_s = timed(lambda: full.extend(score_candidates(plain, task, history, 3, replies[:4]))) * candidates / 4
