@@ -420,7 +420,7 @@ def main(args):
     if args.fast and (args.fsdp or args.gradient_checkpointing):  # neither backpropagates into a shared KV cache
         parser.error("--fast cannot be used with --fsdp or --gradient-checkpointing")
     if args.head != "log-ratio" and (args.fsdp or int(os.environ.get("WORLD_SIZE", "1")) > 1):  # head outside forward()
-        parser.error("--head value trains in one process: not under torchrun or with --fsdp")
+        parser.error(f"--head {args.head} trains in one process: not under torchrun or with --fsdp")
     distributed.init()  # torchrun: join the process group; a plain run is the only process
     out = args.out or default_output(args.scored, ".critic")
     print("critic:", json.dumps(vars(args)), f"-> {out}", flush=True)
