@@ -21,14 +21,13 @@ import time
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from colbench import distributed
 from colbench.cli import (at_least, below_one, fail, fraction_or_zero, non_negative_float, non_negative_int,
                           positive_float, positive_int, trajectories_or_fail)
-from colbench.data import (default_output, finish_folder, grouped, partial_folder, split_by_task, succeeded,
-                           task_batches, task_kind, write_jsonl)
-from colbench.env import LAST_TURN_NOTE, agent_messages, turn_budget
+from colbench.data import (default_output, finish_folder, grouped, partial_folder, split_by_task, split_counts,
+                           succeeded, task_batches, task_kind, trajectory_id, write_jsonl)
+from colbench.env import agent_messages, turn_budget, without_oldest_exchange
 from colbench.fast_logps import shared_prefix_logps
 from colbench.frontend import page_summary
 from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype, load_model,
@@ -63,6 +62,9 @@ parser.add_argument("--max-length", type=at_least(32), default=1024,  # fewer ca
                     help="tokens per critic sequence at most; the oldest turns go first (official: 8192)")
 parser.add_argument("--no-solution", action="store_true",
                     help="leave out the solution c (paper's ablation: w/o training-time information)")
+parser.add_argument("--reference-without-c", action="store_true",
+                    help="π_ref reads the dialogue without c, so A_t starts at the reply's mutual information with c "
+                         "(frontend; paper: π_ref reads c)")
 parser.add_argument("--page-facts", action="store_true",
                     help="frontend: c is the target page's facts as the human tells them (paper: its HTML)")
 parser.add_argument("--no-normalize", action="store_true",
@@ -89,56 +91,42 @@ scale.add_argument("--fsdp", action="store_true", help="under torchrun: shard we
 SOLUTION_HEADER = "Reference solution (shown to you, never to the assistant):\n"  # as critics were trained on
 
 
-def solution(task, page_facts=False):
-    """c: the task's solution. With `page_facts`, a frontend task's target page as the human knows it: its
-    colors, layout and sections, in the words the human tells them (`page_summary`)."""
-    page = page_facts and task_kind(task) == "frontend"
-    return page_summary(task) if page else task["ground_truth"].strip()
-
-
 def critic_messages(task, dialogue, max_turns, use_solution=True, page_facts=False):
-    """What the agent saw (its system prompt, the budget of `max_turns` turns included, then the dialogue),
-    with the solution c put before the system prompt when `use_solution`."""
+    """What the agent saw (its system prompt, the budget of `max_turns` turns included, then the dialogue), with c
+    put before the system prompt when `use_solution`: the task's solution, or with `page_facts` a frontend task's
+    target page as the human knows it, its departures in the words the human tells them (`page_summary`)."""
     messages = agent_messages(task, dialogue, max_turns)
     if use_solution:
-        c = SOLUTION_HEADER + solution(task, page_facts) + "\n\n"
-        messages[0] = {"role": "system", "content": c + messages[0]["content"]}
+        c = page_summary(task) if page_facts and task_kind(task) == "frontend" else task["ground_truth"].strip()
+        messages[0] = {"role": "system", "content": SOLUTION_HEADER + c + "\n\n" + messages[0]["content"]}
     return messages
 
 
-def fit_to_length(tokenizer, task, dialogue, max_turns, use_solution, max_length, page_facts=False):
+def fit_to_length(tokenizer, task, dialogue, max_turns, use_solution, max_length, page_facts=False, dropped=0):
     """(ids, agent-turn spans, agent turns dropped, what was cut or '') of the critic's view, cut to `max_length`
-    tokens: the oldest exchanges (an agent turn, the human's reply) go first, a last-turn note in that reply kept.
-    The problem and c always stay; a dialogue too long with one agent turn left is kept whole."""
-    dropped = 0
+    tokens: the oldest exchanges go first (without_oldest_exchange), `dropped` of them at least. The problem and c
+    always stay; a dialogue too long with one agent turn left is kept whole."""
+    for _ in range(dropped):
+        dialogue = without_oldest_exchange(dialogue)
     while True:
         ids, spans = tokenize_turns(tokenizer, critic_messages(task, dialogue, max_turns, use_solution, page_facts))
-        agent_turns = [i for i, turn in enumerate(dialogue) if turn["role"] == "assistant"]
-        if len(ids) <= max_length or len(agent_turns) < 2:
+        if len(ids) <= max_length or sum(turn["role"] == "assistant" for turn in dialogue) < 2:
             cuts = ([f"dropped the oldest {dropped} agent turn(s)"] if dropped else []) + (
                 [f"still {len(ids)} tokens, kept whole"] if len(ids) > max_length else [])
             return ids, spans, dropped, ", ".join(cuts)  # spans: [start, end) of each agent turn
-        first, dropped = agent_turns[0], dropped + 1
-        reply = first + 1 < len(dialogue) and dialogue[first + 1]["role"] == "user"
-        note = LAST_TURN_NOTE if reply and dialogue[first + 1]["content"].endswith(LAST_TURN_NOTE) else ""
-        dialogue = dialogue[:first] + dialogue[first + 1 + reply:]
-        if note and first > 0:
-            dialogue[first - 1] = dict(dialogue[first - 1], content=dialogue[first - 1]["content"] + note)
+        dialogue, dropped = without_oldest_exchange(dialogue), dropped + 1
 
 
-def trajectory_id(trajectory):
-    return trajectory["task_id"], trajectory["sample_idx"]
-
-
-def critic_views(tokenizer, trajectories, use_solution, max_length, page_facts=False):
-    """{trajectory id: view}, each trajectory tokenized once as the critic sees it: the token ids, the
-    [start, end) spans of its agent turns, and the number of the first agent turn kept."""
+def critic_views(tokenizer, trajectories, use_solution, max_length, page_facts=False, cut_as=None):
+    """{trajectory id: view}, each trajectory tokenized once as the critic sees it: the token ids, the [start, end)
+    spans of its agent turns, and the number of the first agent turn kept (`cut_as`'s view's, if given)."""
     views, cut = {}, 0
     for t in trajectories:
         ids, spans, dropped, note = fit_to_length(tokenizer, t["task"], t["dialogue_history"], turn_budget(t),
-                                                  use_solution, max_length, page_facts)
+                                                  use_solution, max_length, page_facts,
+                                                  cut_as[trajectory_id(t)]["first_turn"] if cut_as else 0)
         views[trajectory_id(t)] = {"ids": ids, "spans": spans, "first_turn": dropped}
-        if note and (cut := cut + 1) <= 5:
+        if note and not cut_as and (cut := cut + 1) <= 5:
             print(f"warning: {t['task_id']}/{t['sample_idx']} is over --max-length {max_length}: {note}")
     if cut:
         print(f"warning: {cut} of {len(trajectories)} dialogues were cut to {max_length} tokens")
@@ -173,6 +161,21 @@ def task_logps(model, views, trajectory_ids, logps_fn):
     return dict(zip(trajectory_ids, logps_fn(model, [views[i]["ids"] for i in trajectory_ids])))
 
 
+def reference_task_logps(model, views, trajectory_ids, reference_views, logps_fn):
+    """π_ref's task_logps on the critic's `views`; or with --reference-without-c (`reference_views`: the same
+    dialogues without c, cut as `views`) read on those, each turn's then moved to its tokens in `views`, 0 between
+    them, which Eq. 3 never reads."""
+    if reference_views is None:
+        return task_logps(model, views, trajectory_ids, logps_fn)
+    logps_by_id = task_logps(model, reference_views, trajectory_ids, logps_fn)
+    placed = {i: logps.new_zeros(len(views[i]["ids"]) - 1) for i, logps in logps_by_id.items()}
+    for i, logps in logps_by_id.items():
+        for (start, end), (s, e) in zip(views[i]["spans"], reference_views[i]["spans"], strict=True):
+            assert views[i]["ids"][start:end] == reference_views[i]["ids"][s:e], i  # the same reply's tokens
+            placed[i][start - 1:end - 1] = logps[s - 1:e - 1]
+    return placed
+
+
 # --- the SWEET-RL part: the advantage of each agent turn (Eq. 3), a trajectory's score, Eq. 2
 
 def turn_advantages(critic_logps, reference_logps, spans, normalize=True):
@@ -194,8 +197,7 @@ def turn_values(hidden_states, value_head, spans, through=False):
 
 
 def value_head(model):
-    """The official frontend critic's head: a linear layer [hidden] -> 1 without bias, drawn N(0, 0.02) as the official
-    code's (transformers' initializer_range)."""
+    """The official frontend critic's head: a linear layer [hidden] -> 1, no bias, drawn N(0, initializer_range)."""
     head = torch.nn.Linear(model.config.hidden_size, 1, bias=False, device=model.device)
     torch.nn.init.normal_(head.weight, std=getattr(model.config, "initializer_range", 0.02))
     return head
@@ -260,18 +262,6 @@ def trajectory_ids_in(pairs):
 
 # ---------------------------------------------------------------- the loop
 
-@torch.no_grad()
-def frozen(outputs_fn, model, views, trajectory_ids, autocast_dtype, desc):
-    """{trajectory id: its outputs}, outputs_fn(model, views, a task's trajectory ids) -> {id: tensor} (its token
-    log-probs, or its turns' scores) of a task's trajectories in one pass, no gradients (torchrun: a share each)."""
-    model.eval()
-    mine, trajectory_ids_of_task = [], grouped(trajectory_ids, lambda trajectory_id: trajectory_id[0])
-    for task_id in tqdm(distributed.share(sorted(trajectory_ids_of_task), model), desc=desc, unit="task"):
-        with autocast(model.device, autocast_dtype):
-            mine += outputs_fn(model, views, trajectory_ids_of_task[task_id]).items()
-    return {i: output.to(model.device) for i, output in distributed.gather(mine)}  # torchrun: all
-
-
 def train(model, views, score_turns, token_mean, batches_of_epoch, autocast_dtype, log, args):
     """AdamW over each epoch's batches (task_batches) with the settings `args`; a log line per step. `model` is
     as distributed.wrap returned it, `score_turns` turn_scores with π_ref's log-probs. Returns the steps."""
@@ -321,13 +311,12 @@ def held_out_metrics(per_turn, views, eval_pairs, beta, token_mean):
     margins = (chosen_scores - rejected_scores).tolist()
     outcomes_of_task = grouped(zip(eval_pairs, pair_outcomes(margins)), lambda item: item[0][0]["task_id"])
     outcomes_of_task = {task: [outcome for _, outcome in items] for task, items in outcomes_of_task.items()}
-    metrics = {"pair_accuracy": sum(pair_outcomes(margins)) / len(margins),
-               "pair_accuracy_ci95": list(bootstrap_mean_ci(outcomes_of_task)),
-               "mean_margin": sum(margins) / len(margins), "margins": margins,
-               "pair_task_ids": [pair[0]["task_id"] for pair in eval_pairs],
-               "pair_samples": [[pair[0]["sample_idx"], pair[1]["sample_idx"]] for pair in eval_pairs],
-               "loss": bradley_terry_loss(chosen_scores, rejected_scores, beta).item()}
-    return metrics
+    return {"pair_accuracy": sum(pair_outcomes(margins)) / len(margins),
+            "pair_accuracy_ci95": list(bootstrap_mean_ci(outcomes_of_task)),
+            "mean_margin": sum(margins) / len(margins), "margins": margins,
+            "pair_task_ids": [pair[0]["task_id"] for pair in eval_pairs],
+            "pair_samples": [[pair[0]["sample_idx"], pair[1]["sample_idx"]] for pair in eval_pairs],
+            "loss": bradley_terry_loss(chosen_scores, rejected_scores, beta).item()}
 
 
 # ---------------------------------------------------------------- the trained critic, scoring replies
@@ -339,6 +328,7 @@ class Critic:
     tokenizer: object
     use_solution: bool = True
     page_facts: bool = False  # c of a frontend task: its page's facts, not its HTML
+    reference_without_c: bool = False  # π_ref reads the dialogue without c
     normalize: bool = True
     max_length: int = parser.get_default("max_length")  # its --max-length: replies scored on views cut as in training
     autocast_dtype: torch.dtype = torch.float32  # of the forward passes (fp32 weights; bf16 autocast)
@@ -359,7 +349,8 @@ def load_critic(critic_dir, device=None, autocast_dtype=torch.float32, logps_fn=
         base = saved["model_path"] if os.path.isdir(saved["model_path"]) else saved["model"]
         reference_model, _ = load_model(base, device=device, dtype=torch.float32)
     return Critic(model, reference_model, tokenizer, not saved["no_solution"], saved.get("page_facts", False),
-                  not saved["no_normalize"], saved["max_length"], autocast_dtype, logps_fn)
+                  saved.get("reference_without_c", False), not saved["no_normalize"], saved["max_length"],
+                  autocast_dtype, logps_fn)
 
 
 @torch.no_grad()
@@ -369,14 +360,18 @@ def score_candidates(critic, task, history, max_turns, candidates):
     if not candidates:
         return []
     distinct = list(dict.fromkeys(candidates))
-    views = {}
-    for reply in distinct:  # the reply's own turn is scored: the last span
-        ids, spans, _, _ = fit_to_length(critic.tokenizer, task, history + [{"role": "assistant", "content": reply}],
-                                         max_turns, critic.use_solution, critic.max_length, critic.page_facts)
-        views[reply] = {"ids": ids, "spans": spans[-1:]}
+
+    def view(reply, use_solution, dropped=0):  # the reply's own turn is scored: the last span
+        dialogue = history + [{"role": "assistant", "content": reply}]
+        ids, spans, dropped, _ = fit_to_length(critic.tokenizer, task, dialogue, max_turns, use_solution,
+                                               critic.max_length, critic.page_facts, dropped)
+        return {"ids": ids, "spans": spans[-1:], "first_turn": dropped}
+    views = {reply: view(reply, critic.use_solution) for reply in distinct}
+    reference_views = ({reply: view(reply, False, views[reply]["first_turn"]) for reply in distinct}
+                       if critic.reference_without_c else None)
     with autocast(critic.model.device, critic.autocast_dtype):
-        reference_logps_by_id = critic.reference_model and task_logps(critic.reference_model, views, distinct,
-                                                                      critic.logps_fn)
+        reference_logps_by_id = critic.reference_model and reference_task_logps(
+            critic.reference_model, views, distinct, reference_views, critic.logps_fn)
         per_turn = turn_scores(critic.model, views, distinct, reference_logps_by_id, critic.logps_fn, critic.normalize)
     return [per_turn[reply].item() for reply in candidates]
 
@@ -392,16 +387,8 @@ def pairs_split_by_task(trajectories, min_reward_gap, pairing, eval_fraction, rn
         fail(f"no pairs: no two trajectories of one task have rewards that differ by at least {min_reward_gap} "
              f"under --pairing {pairing} ({len(trajectories)} trajectories). The critic needs contrast.")
     train_pairs, eval_pairs = split_by_task(pairs, eval_fraction, rng)
-    tasks, eval_tasks = ({pair[0]["task_id"] for pair in some} for some in (pairs, eval_pairs))
-    used = list({trajectory_id(t): t for pair in pairs for t in pair}.values())
-    counts = {"tasks": len(tasks), "trajectories": len(used), "pairs": len(pairs),
-              "train_tasks": len(tasks) - len(eval_tasks), "train_pairs": len(train_pairs),
-              "eval_tasks": len(eval_tasks), "eval_pairs": len(eval_pairs), "eval_task_ids": sorted(eval_tasks)}
-    print(f"{len(trajectories)} trajectories, {len(with_turns)} with agent turns; used: {len(tasks)} tasks, "
-          f"{len(used)} trajectories, {len(pairs)} pairs -> train {counts['train_tasks']} tasks / "
-          f"{len(train_pairs)} pairs, held out {len(eval_tasks)} tasks / {len(eval_pairs)} pairs"
-          + ("" if eval_pairs else f" (--eval-fraction {eval_fraction}: no held-out accuracy)"), flush=True)
-    return train_pairs, eval_pairs, used, counts
+    heading = f"{len(trajectories)} trajectories, {len(with_turns)} with agent turns"
+    return (train_pairs, eval_pairs, *split_counts(pairs, train_pairs, eval_pairs, heading))
 
 
 def save(folder, arguments, metrics, trajectories, per_turn, views):
@@ -416,11 +403,18 @@ def save(folder, arguments, metrics, trajectories, per_turn, views):
     write_jsonl(os.path.join(folder, "advantages.jsonl"), rows)  # turns cut by --max-length: unscored
 
 
-def main(args):
+def refuse_conflicts(args):
+    """The flags that cannot go together, refused before any model loads."""
     if args.fast and (args.fsdp or args.gradient_checkpointing):  # neither backpropagates into a shared KV cache
         parser.error("--fast cannot be used with --fsdp or --gradient-checkpointing")
+    if args.reference_without_c and (args.head != "log-ratio" or args.no_solution):
+        parser.error("--reference-without-c needs --head log-ratio (a π_ref) and c (no --no-solution)")
     if args.head != "log-ratio" and (args.fsdp or int(os.environ.get("WORLD_SIZE", "1")) > 1):  # head outside forward()
         parser.error(f"--head {args.head} trains in one process: not under torchrun or with --fsdp")
+
+
+def main(args):
+    refuse_conflicts(args)
     distributed.init()  # torchrun: join the process group; a plain run is the only process
     out = args.out or default_output(args.scored, ".critic")
     print("critic:", json.dumps(vars(args)), f"-> {out}", flush=True)
@@ -435,6 +429,8 @@ def main(args):
     base_model = resolve_model(args.model)
     model, tokenizer = load_model(base_model, trainable=True, keep_freed=args.fast)
     views = critic_views(tokenizer, used, not args.no_solution, args.max_length, args.page_facts)
+    reference_views = (critic_views(tokenizer, used, False, args.max_length, args.page_facts, cut_as=views)
+                       if args.reference_without_c else None)  # π_ref reads `views`, or these: without c
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if args.head != "log-ratio":  # the official frontend critic: a value head, trained with the body; no π_ref
@@ -444,21 +440,23 @@ def main(args):
     logps_fn = shared_prefix_logps if args.fast else sequence_logps  # --fast: the named fast path
     reference_logps_by_id, before, after, per_turn, held_out = None, {}, {}, {}, trajectory_ids_in(eval_pairs)
     if args.head == "log-ratio":  # --- SWEET-RL: π_ref of Eq. 3 is the critic's initial weights, computed once
-        reference_logps_by_id = frozen(functools.partial(task_logps, logps_fn=logps_fn), model, views, list(views),
-                                       autocast_dtype, "π_ref log-probs")
+        reading = functools.partial(reference_task_logps, reference_views=reference_views, logps_fn=logps_fn)
+        reference_logps_by_id = distributed.frozen_passes(reading, model, views, list(views), autocast_dtype,
+                                                          "π_ref log-probs")
     score_turns = functools.partial(turn_scores, reference_logps_by_id=reference_logps_by_id, logps_fn=logps_fn,
                                     normalize=not args.no_normalize)
     token_mean = args.trajectory_score == "token-mean" and not args.no_normalize
-    if eval_pairs:  # before training: θ = π_ref (every A_t is 0), or the untrained value head
-        untrained = ({i: torch.zeros(len(views[i]["spans"])) for i in held_out} if args.head == "log-ratio" else
-                     frozen(score_turns, model, views, held_out, autocast_dtype, "held-out, untrained"))
+    if eval_pairs:  # before training: θ = π_ref on one view (A_t = 0), the mutual information of a and c, or a head
+        zero = args.head == "log-ratio" and reference_views is None
+        untrained = ({i: torch.zeros(len(views[i]["spans"])) for i in held_out} if zero else
+                     distributed.frozen_passes(score_turns, model, views, held_out, autocast_dtype, "untrained"))
         before = held_out_metrics(untrained, views, eval_pairs, args.beta, token_mean)
     folder = partial_folder(out) if distributed.is_main() else None  # renamed to `out` once whole
     with open(os.path.join(folder, "log.jsonl") if folder else os.devnull, "w") as log:
         batches_of_epoch = task_batches(train_pairs, args.epochs, args.batch_size, rng)
         steps = train(trained, views, score_turns, token_mean, batches_of_epoch, autocast_dtype, log, args)
     if eval_pairs:
-        per_turn = frozen(score_turns, model, views, held_out, autocast_dtype, "held-out")
+        per_turn = distributed.frozen_passes(score_turns, model, views, held_out, autocast_dtype, "held-out")
         after = held_out_metrics(per_turn, views, eval_pairs, args.beta, token_mean)
     if args.head != "log-ratio":  # the checkpoint stays a plain causal LM, which any loader reads
         torch.save(model.value_head.state_dict(), os.path.join(folder, VALUE_HEAD))

@@ -1489,6 +1489,70 @@ def test_critic_value_head_learns_a_planted_pattern_and_ranks_candidates_by_it(t
     assert scores[0] == scores[2] < scores[1]  # the planted reply ranks first; a reply twice, scored alike
 
 
+def test_reference_without_c_reads_pi_ref_on_the_view_without_c_cut_as_the_view_with_c(tiny_model):
+    """π_ref's log-probs of each agent turn, read without c on the dialogue the view with c kept, land on the same
+    turn's tokens of the view with c, even where the view with c had to drop the oldest turn to fit."""
+    model, tokenizer = load_model(tiny_model)
+    dialogue = [{"role": "user", "content": TIP_TASK["problem_description"]}, {"role": "assistant", "content":
+                "What percent?"}, {"role": "user", "content": "18 percent."}, {"role": "assistant",
+                "content": "I WANT TO ANSWER: def tip(bill): return round(bill * 0.18, 2)"}]
+    trajectory, key = dict(task_id="tip", sample_idx=0, task=TIP_TASK, dialogue_history=dialogue, max_turns=3), (
+        "tip", 0)
+    length = len(critic.critic_views(tokenizer, [trajectory], True, 10_000)[key]["ids"]) - 1
+    for max_length, dropped in ((10_000, 0), (length, 1)):  # with c one token too long: its oldest turn goes
+        views = critic.critic_views(tokenizer, [trajectory], True, max_length)
+        reference_views = critic.critic_views(tokenizer, [trajectory], False, max_length, cut_as=views)
+        assert views[key]["first_turn"] == reference_views[key]["first_turn"] == dropped
+        assert critic.critic_views(tokenizer, [trajectory], False, max_length)[key]["first_turn"] == 0  # uncut alone
+        placed = critic.reference_task_logps(model, views, [key], reference_views, critic.sequence_logps)[key]
+        plain = critic.sequence_logps(model, [reference_views[key]["ids"]])[0]
+        assert len(views[key]["spans"]) == len(reference_views[key]["spans"]) == 2 - dropped
+        for (start, end), (s, e) in zip(views[key]["spans"], reference_views[key]["spans"]):
+            assert views[key]["ids"][start:end] == reference_views[key]["ids"][s:e]
+            assert torch.equal(placed[start - 1:end - 1], plain[s - 1:e - 1])
+        turn_tokens = sum(end - start for start, end in views[key]["spans"])
+        assert len(placed) == len(views[key]["ids"]) - 1 and placed.count_nonzero() == turn_tokens  # 0 between
+    same = critic.reference_task_logps(model, views, [key], None, critic.sequence_logps)  # the paper's: with c
+    assert torch.equal(same[key], critic.sequence_logps(model, [views[key]["ids"]])[0])
+
+
+def test_critic_with_reference_without_c_starts_at_the_mutual_information_and_scores_replies_as_trained(
+        tmp_path, tiny_model, capsys):
+    data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=8)
+    out = tmp_path / "critic"
+    for conflicting in (["--head", "value"], ["--no-solution"]):  # a value head has no π_ref; without c, nothing
+        with pytest.raises(SystemExit):
+            critic.main(critic.parser.parse_args([data, "--model", tiny_model, "--reference-without-c", *conflicting]))
+        assert "--reference-without-c needs --head log-ratio" in capsys.readouterr().err
+    critic.main(critic.parser.parse_args([data, "--model", tiny_model, "--out", str(out), "--reference-without-c",
+                                          "--lr", "1e-3", "--batch-size", "4", "--eval-fraction", "0.25",
+                                          "--dtype", "fp32"]))
+    metrics = json.loads((out / "metrics.json").read_text())
+    loaded = critic.load_critic(str(out))
+    assert loaded.reference_without_c and loaded.reference_model is not None
+    untrained, tokenizer = load_model(tiny_model)
+
+    def by_hand(task, dialogue, budget, scorer, reference, turns=slice(None)):  # Eq. 3, each log-prob on its view
+        logps = []
+        for model, use_c in ((scorer, True), (reference, False)):
+            ids, spans, _, _ = critic.fit_to_length(tokenizer, task, dialogue, budget, use_c, loaded.max_length)
+            row = critic.sequence_logps(model, [ids])[0]
+            logps.append(torch.cat([row[start - 1:end - 1] for start, end in spans[turns]]))
+        return (logps[0] - logps[1]).mean().item()  # token-mean: over the agent tokens
+    # before training θ = π_ref, yet a dialogue's score is log π(a | o, c) − log π(a | o), its mutual information
+    records = {critic.trajectory_id(t): t for t in load_trajectories(data)}
+    task_id, (chosen, rejected) = metrics["before"]["pair_task_ids"][0], metrics["before"]["pair_samples"][0]
+    margin = [by_hand(t["task"], t["dialogue_history"], turn_budget(t), untrained, untrained)
+              for t in (records[(task_id, chosen)], records[(task_id, rejected)])]
+    assert metrics["before"]["margins"][0] == pytest.approx(margin[0] - margin[1], abs=1e-5) != 0
+    task = dict(TIP_TASK, task_id="new", problem_description="Task 99: What is the discount?")
+    history = [{"role": "user", "content": task["problem_description"]}]
+    replies = ["What is the discount?", "I WANT TO ANSWER: def tip(bill): return bill"]
+    expected = [by_hand(task, history + [{"role": "assistant", "content": reply}], 3, loaded.model,
+                        loaded.reference_model, slice(-1, None)) for reply in replies]
+    assert critic.score_candidates(loaded, task, history, 3, replies) == pytest.approx(expected, abs=1e-5)
+
+
 def test_the_cosine_schedule_warms_up_over_3_percent_then_decays_to_a_tenth():
     from colbench.models import adamw
     model = torch.nn.Linear(2, 2)

@@ -226,6 +226,11 @@ class JsonlAppender:
         self.close()
 
 
+def trajectory_id(trajectory):
+    """A trajectory's key: (task id, sample index)."""
+    return trajectory["task_id"], trajectory["sample_idx"]
+
+
 def grouped(items, key):
     """{key(item): [its items]}, keys and items in the order given: trajectories by task, pairs by task."""
     groups = {}
@@ -243,6 +248,20 @@ def split_by_task(pairs, eval_fraction, rng):
     held_out = set(tasks[:n_eval])
     return ([pair for pair in pairs if pair[0]["task_id"] not in held_out],
             [pair for pair in pairs if pair[0]["task_id"] in held_out])
+
+
+def split_counts(pairs, train_pairs, eval_pairs, heading):
+    """(the trajectories of `pairs` each once, the counts of their split by task for metrics.json), printed after
+    `heading`."""
+    tasks, eval_tasks = ({pair[0]["task_id"] for pair in some} for some in (pairs, eval_pairs))
+    used = list({trajectory_id(t): t for pair in pairs for t in pair}.values())
+    counts = {"tasks": len(tasks), "trajectories": len(used), "pairs": len(pairs),
+              "train_tasks": len(tasks) - len(eval_tasks), "train_pairs": len(train_pairs),
+              "eval_tasks": len(eval_tasks), "eval_pairs": len(eval_pairs), "eval_task_ids": sorted(eval_tasks)}
+    print(f"{heading}; used: {len(tasks)} tasks, {len(used)} trajectories, {len(pairs)} pairs -> train "
+          f"{counts['train_tasks']} tasks / {len(train_pairs)} pairs, held out {len(eval_tasks)} tasks / "
+          f"{len(eval_pairs)} pairs" + ("" if eval_pairs else ": no held-out accuracy"), flush=True)
+    return used, counts
 
 
 def task_batches(train_pairs, epochs, batch_size, rng):

@@ -4,7 +4,8 @@
     torchrun --nproc_per_node=N critic.py SCORED.jsonl --fsdp   # parameters sharded across them (FSDP2)
 
 A plain `python critic.py ...` is process 0 of 1: `share` then yields every item, `per_process` returns its count,
-`gather` returns its list, `wrap` returns the model, and nothing communicates. The stages never see a rank or the
+`gather` returns its list, `frozen_passes` runs every task's pass, `wrap` returns the model, and nothing
+communicates. The stages never see a rank or the
 number of processes; their loops call `loss.backward()` themselves.
 """
 import atexit
@@ -19,6 +20,10 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from colbench.data import grouped
+from colbench.models import autocast
 
 
 def init():
@@ -118,6 +123,19 @@ def gather(items):
     parts = [None] * dist.get_world_size()
     dist.all_gather_object(parts, items)
     return [item for part in parts for item in part]
+
+
+@torch.no_grad()
+def frozen_passes(outputs_fn, model, views, trajectory_ids, autocast_dtype, desc):
+    """critic.py's passes without gradients, a task's trajectories a pass (π_ref's log-probs, the held-out scores):
+    {trajectory id: tensor} from outputs_fn(model, views, a task's trajectory ids) -> {id: tensor}, an id being
+    (task id, sample index); each process a share of the tasks, every process getting all of them."""
+    model.eval()
+    mine, trajectory_ids_of_task = [], grouped(trajectory_ids, lambda trajectory_id: trajectory_id[0])
+    for task_id in tqdm(share(sorted(trajectory_ids_of_task), model), desc=desc, unit="task"):
+        with autocast(model.device, autocast_dtype):
+            mine += outputs_fn(model, views, trajectory_ids_of_task[task_id]).items()
+    return {i: output.to(model.device) for i, output in gather(mine)}  # torchrun: every process's
 
 
 def wrap(model, fsdp=False, autocast_dtype=torch.float32):

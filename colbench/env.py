@@ -51,6 +51,18 @@ def turn_budget(trajectory):
     return trajectory.get("max_turns", OFFICIAL_MAX_TURNS)
 
 
+def without_oldest_exchange(dialogue):
+    """The dialogue without its first agent turn and the human's reply to it; a LAST_TURN_NOTE that reply ended
+    with moves to the message before (critic.py cuts a dialogue too long for its critic so)."""
+    first = next(i for i, turn in enumerate(dialogue) if turn["role"] == "assistant")
+    reply = first + 1 < len(dialogue) and dialogue[first + 1]["role"] == "user"
+    note = LAST_TURN_NOTE if reply and dialogue[first + 1]["content"].endswith(LAST_TURN_NOTE) else ""
+    shorter = dialogue[:first] + dialogue[first + 1 + reply:]
+    if note and first > 0:
+        shorter[first - 1] = dict(shorter[first - 1], content=shorter[first - 1]["content"] + note)
+    return shorter
+
+
 def turn_states(trajectories):
     """(trajectory, agent turn number, history) for every agent turn that answers a user turn; history is
     the dialogue before that turn (policy.py samples and ranks replies there, so does harness/judge.py)."""

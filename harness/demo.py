@@ -60,10 +60,17 @@ NAMES = {"script-fixed": "script: one general request, repeated", "script-by-sub
          "mt-dpo": "Multi-Turn DPO",
          "rft": "Rejection Fine-Tuning", "sweet-random-critic": "SWEET-RL, candidates ranked at random",
          "sweet-no-solution": "SWEET-RL, critic without c", "sweet-no-normalize": "SWEET-RL, critic w/o normalization",
-         "sweet-value-head": "SWEET-RL, critic with a value head (Table 3's regression head)"}
+         "sweet-value-head": "SWEET-RL, critic with a value head (Table 3's regression head)",
+         "sweet-reference-without-c": "SWEET-RL, Eq. 3's critic with a π_ref that reads no c"}
 # The value head's loss has no β (the official qwen_rm_trainer.py: −log σ(chosen − rejected)): β 1.
 CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"],
            "critic_value_head": ["--head", "value", "--beta", "1"]}
+# The frontend experiment's variants of SWEET-RL, each ranking the candidates SWEET-RL sampled by its own critic:
+# (the critic, its settings that differ from FRONTEND's, its flags). Eq. 3 with π_ref reading no c: its lr the
+# better of 1e-4 and 1e-5 on the validation tasks (docs/RESULTS.md).
+FRONTEND_VARIANTS = {"sweet-no-solution": ("critic_no_solution", {}, ["--no-solution"]),
+                     "sweet-reference-without-c": ("critic_reference_without_c", dict(
+                         critic_head="log-ratio", critic_beta=0.1, critic_lr=1e-5), ["--reference-without-c"])}
 # The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the screenshots'
 # edge-color score. Two turns: a task departs from its kind's default page in two of four subjects, the request
 # hints at both, and one question naming two subjects can tell them (colbench/page.py, colbench/tasks/frontend.py).
@@ -349,7 +356,8 @@ def table(r, versus):
                      f"{pct(k['new_fact_share'])} | {k['mean_turns']:.2f} |")
     if "critic" in r:
         names = {"critic_with_c": "with the reference solution c", "critic_no_solution": "without c (ablation)",
-                 "critic_no_normalize": "without normalization (ablation)"}
+                 "critic_no_normalize": "without normalization (ablation)",
+                 "critic_value_head": "a value head (Table 3's regression head)"}
         lines += ["", "| critic (held-out tasks) | pair accuracy | 95% CI | pairs | tasks |", "|---|---|---|---|---|"]
         for critic, c in r["critic"].items():
             lines.append(f"| {names[critic]} | {c['pair_accuracy']:.3f} | [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] | "
@@ -612,38 +620,41 @@ def frontend_run(run, s):
 
 
 def frontend_experiment(run, s):
-    """The frontend run, then SWEET-RL with the critic trained without c ranking the same candidates, in
-    runs/frontend/experiment: its paired difference from SWEET-RL with c, on the same test dialogues."""
+    """The frontend run, then SWEET-RL with each of FRONTEND_VARIANTS' critics ranking the same candidates, in
+    runs/frontend/experiment: each one's paired difference from the start and from SWEET-RL, on the same test tasks."""
     frontend_run(run, s)
-    exp = Run(run.path("experiment"))
-    train_critic(run, s, "critic_no_solution", run.path("critic_no_solution"), CRITICS["critic_no_solution"])
-    train_agent(run, s, "sweet-no-solution", exp.path("policy_sweet-no-solution"), s["demo_fraction"],
-                critic=run.path("critic_no_solution"), sampled=run.path("policy_sweet", "candidates.jsonl"))
-    play(exp, s, "sweet-no-solution", exp.path("policy_sweet-no-solution"), run.path("test_tasks.jsonl"),
-         s["test_samples"], "test_sweet-no-solution")
-    results = json.load(open(run.path("results.json")))
-    mine, theirs = ({critic_stage.trajectory_id(t): t["reward"] for t in load_trajectories(path)} for path in
-                    (exp.path("test_sweet-no-solution.scored.jsonl"), run.path("test_sweet.scored.jsonl")))
-    metrics = json.load(open(run.path("critic_no_solution", "metrics.json")))
-    results["without_c"] = {"mean_score": sum(mine.values()) / len(mine), "dialogues": len(mine),
-                            "minus_with_c": paired_difference(mine, theirs),
-                            "departures_told_share": page_asking(load_trajectories(
-                                exp.path("test_sweet-no-solution.scored.jsonl")))["departures_told_share"],
-                            "critic_pair_accuracy": [metrics["after"]["pair_accuracy"], *metrics["after"][
-                                "pair_accuracy_ci95"], metrics["eval_pairs"]],
-                            "rules_order": rules_order(exp.path("policy_sweet-no-solution"),
-                                                       run.path("train.scored.jsonl"))}
+    exp, results = Run(run.path("experiment")), json.load(open(run.path("results.json")))
+    theirs = {agent: {critic_stage.trajectory_id(t): t["reward"] for t in load_trajectories(
+        run.path(f"test_{agent}.scored.jsonl"))} for agent in ("zero-shot", "sweet")}
+    results["variants"], lines = {}, []
+    for agent, (critic, settings, flags) in FRONTEND_VARIANTS.items():
+        train_critic(run, dict(s, **settings), critic, run.path(critic), flags)
+        train_agent(run, s, agent, exp.path(f"policy_{agent}"), s["demo_fraction"], critic=run.path(critic),
+                    sampled=run.path("policy_sweet", "candidates.jsonl"))
+        play(exp, s, agent, exp.path(f"policy_{agent}"), run.path("test_tasks.jsonl"), s["test_samples"],
+             f"test_{agent}")
+        played = load_trajectories(exp.path(f"test_{agent}.scored.jsonl"))
+        mine, metrics = {critic_stage.trajectory_id(t): t["reward"] for t in played}, json.load(
+            open(run.path(critic, "metrics.json")))
+        variant = results["variants"][agent] = {
+            "mean_score": sum(mine.values()) / len(mine), "dialogues": len(mine),
+            "minus_start": paired_difference(mine, theirs["zero-shot"]),
+            "minus_with_c": paired_difference(mine, theirs["sweet"]),
+            "departures_told_share": page_asking(played)["departures_told_share"],
+            "critic_pair_accuracy": [metrics["after"]["pair_accuracy"], *metrics["after"]["pair_accuracy_ci95"],
+                                     metrics["eval_pairs"]],
+            "rules_order": rules_order(exp.path(f"policy_{agent}"), run.path("train.scored.jsonl"))}
+        lines.append(f"{NAMES[agent]}: mean image score {variant['mean_score']:.4f} ({variant['dialogues']} "
+                     "dialogues), minus the start {:+.4f} [{:+.4f}, {:+.4f}], ".format(*variant["minus_start"])
+                     + "minus SWEET-RL {:+.4f} [{:+.4f}, {:+.4f}]; ".format(*variant["minus_with_c"])
+                     + f"every departure told {pct(variant['departures_told_share'])}%; its critic: held-out pair "
+                     "accuracy {:.3f} [{:.3f}, {:.3f}] on {} pairs, ".format(*variant["critic_pair_accuracy"])
+                     + "turn order by the rules {:.3f} of {} candidate pairs".format(*variant["rules_order"]))
     with open(exp.path("results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    w = results["without_c"]
-    text = (f"SWEET-RL with the critic without c: mean image score {w['mean_score']:.4f} ({w['dialogues']} dialogues), "
-            "minus SWEET-RL with c: {:+.4f} [{:+.4f}, {:+.4f}]; ".format(*w["minus_with_c"])
-            + f"every departure told {pct(w['departures_told_share'])}%; its critic: held-out pair accuracy "
-            f"{w['critic_pair_accuracy'][0]:.3f} on {w['critic_pair_accuracy'][3]} pairs, turn order by the rules "
-            f"{w['rules_order'][0]:.3f} of {w['rules_order'][1]} candidate pairs")
     with open(exp.path("results.md"), "w") as f:
-        f.write(text + "\n")
-    print(f"\nfrontend experiment finished; everything is in {exp.folder}/\n\n{text}")
+        f.write("\n".join(lines) + "\n")
+    print(f"\nfrontend experiment finished; everything is in {exp.folder}/\n\n" + "\n".join(lines))
 
 
 def frontend_results(run, s, agents):
