@@ -4,14 +4,15 @@
     python -m harness.demo --experiment    # the demo, then the baselines and the controls (runs/demo/experiment)
     python -m harness.demo --validate      # the settings' choice on validation tasks (runs/demo/validation)
     python -m harness.demo --frontend      # the chain on frontend tasks, scored offline (runs/frontend)
+    python -m harness.demo --frontend --experiment   # then SWEET-RL's variants (runs/frontend/experiment)
 
 Every step is a stage script run as a subprocess, its command printed first. A step whose output exists is
 skipped, so a killed run picks up where it stopped, and the experiment after the demo runs only its own
 steps. The demo: a warm start (harness/warmstart.py), offline data on training tasks, the critic with c
 and without it, SWEET-RL, and every agent on the held-out test tasks with the same seeds and sampling. The
 experiment adds Multi-Turn DPO, RFT, and SWEET-RL with its candidates ranked at random, by the critic
-without c and by the critic without normalization, all on the same offline data; and the critic as a
-judge. Each ends with one table (results.md) and results.json with the same numbers.
+without c, by the critic without normalization and by a value-head critic, all on the same offline data; and
+the critic as a judge. Each ends with one table (results.md) and results.json with the same numbers.
 """
 import argparse
 import json
@@ -639,14 +640,14 @@ def frontend_experiment(run, s):
         variant = results["variants"][agent] = {
             "mean_score": sum(mine.values()) / len(mine), "dialogues": len(mine),
             "minus_start": paired_difference(mine, theirs["zero-shot"]),
-            "minus_with_c": paired_difference(mine, theirs["sweet"]),
+            "minus_sweet": paired_difference(mine, theirs["sweet"]),
             "departures_told_share": page_asking(played)["departures_told_share"],
             "critic_pair_accuracy": [metrics["after"]["pair_accuracy"], *metrics["after"]["pair_accuracy_ci95"],
                                      metrics["eval_pairs"]],
             "rules_order": rules_order(exp.path(f"policy_{agent}"), run.path("train.scored.jsonl"))}
         lines.append(f"{NAMES[agent]}: mean image score {variant['mean_score']:.4f} ({variant['dialogues']} "
                      "dialogues), minus the start {:+.4f} [{:+.4f}, {:+.4f}], ".format(*variant["minus_start"])
-                     + "minus SWEET-RL {:+.4f} [{:+.4f}, {:+.4f}]; ".format(*variant["minus_with_c"])
+                     + "minus SWEET-RL {:+.4f} [{:+.4f}, {:+.4f}]; ".format(*variant["minus_sweet"])
                      + f"every departure told {pct(variant['departures_told_share'])}%; its critic: held-out pair "
                      "accuracy {:.3f} [{:.3f}, {:.3f}] on {} pairs, ".format(*variant["critic_pair_accuracy"])
                      + "turn order by the rules {:.3f} of {} candidate pairs".format(*variant["rules_order"]))
