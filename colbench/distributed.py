@@ -5,8 +5,8 @@
 
 A plain `python critic.py ...` is process 0 of 1: `share` then yields every item, `per_process` returns its count,
 `gather` returns its list, `frozen_passes` runs every task's pass, `wrap` returns the model, and nothing
-communicates. The stages never see a rank or the
-number of processes; their loops call `loss.backward()` themselves.
+communicates. The stages never see a rank or the number of processes; their loops call `loss.backward()`
+themselves.
 """
 import atexit
 import contextlib
