@@ -1625,6 +1625,17 @@ def test_critic_shared_history_scoring_equals_scoring_full_sequences(two_model_c
     assert shared[:-1] == pytest.approx(plain_scores, abs=1e-4)
 
 
+def test_reference_without_c_scores_replies_the_same_the_plain_way_and_the_fast_way(two_model_critic):
+    models = (two_model_critic.model, two_model_critic.reference_model, two_model_critic.tokenizer)
+    fast = critic.Critic(*models, reference_without_c=True, logps_fn=remembering())  # --fast's scoring
+    critic.score_candidates(fast, TIP_TASK, HISTORY[:1], 3, CANDIDATES[:2])  # a turn state before: memory continues
+    scores = critic.score_candidates(fast, TIP_TASK, HISTORY, 3, CANDIDATES)
+    assert scores == pytest.approx(critic.score_candidates(critic.Critic(*models, reference_without_c=True), TIP_TASK,
+                                                           HISTORY, 3, CANDIDATES), abs=1e-4)
+    assert scores != pytest.approx(critic.score_candidates(critic.Critic(*models), TIP_TASK, HISTORY, 3, CANDIDATES),
+                                   abs=1e-4)  # π_ref reading c scores them otherwise
+
+
 def test_critic_scores_candidates_on_the_view_cut_to_max_length_it_trained_on(tiny_model, tmp_path):
     folder = tmp_path / "critic"
     shutil.copytree(tiny_model, folder)  # π_θ: the tiny model; π_ref: another one, as args.json names it
@@ -1816,14 +1827,16 @@ def test_critic_learns_a_planted_pattern_to_over_90_percent_held_out_accuracy(tm
     assert statistics.mean(with_pattern) > statistics.mean(without)
 
 
-def test_critic_trains_the_same_the_plain_way_and_the_fast_way(tmp_path, tiny_model):
+@pytest.mark.parametrize("variant", [[], ["--reference-without-c"]])
+def test_critic_trains_the_same_the_plain_way_and_the_fast_way(tmp_path, tiny_model, variant):
     data = planted_pattern_file(tmp_path / "planted.scored.jsonl", n_tasks=6)
     common = [data, "--model", tiny_model, "--lr", "3e-3", "--epochs", "2", "--batch-size", "4",
-              "--eval-fraction", "0.34", "--dtype", "fp32"]
+              "--eval-fraction", "0.34", "--dtype", "fp32", *variant]
     for name, flags in (("fast", ["--fast"]), ("plain", [])):
         critic.main(critic.parser.parse_args([*common, *flags, "--out", str(tmp_path / name)]))
     fast, plain = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("fast", "plain"))
     assert fast["steps"] == plain["steps"] > 1 and fast["eval_pairs"] == plain["eval_pairs"] > 0
+    assert plain["before"]["margins"] == pytest.approx(fast["before"]["margins"], abs=1e-4)
     assert plain["after"]["margins"] == pytest.approx(fast["after"]["margins"], abs=1e-4)
     assert plain["after"]["margins"] != pytest.approx(plain["before"]["margins"], abs=1e-3)  # it trained
 
