@@ -67,8 +67,8 @@ NAMES = {"script-fixed": "script: one general request, repeated", "script-by-sub
 CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"],
            "critic_value_head": ["--head", "value", "--beta", "1"]}
 # The frontend experiment's variants of SWEET-RL, each ranking the candidates SWEET-RL sampled by its own critic:
-# (the critic, its settings that differ from FRONTEND's, its flags). Eq. 3 with π_ref reading no c: its lr the
-# better of 1e-4 and 1e-5 on the validation tasks (docs/RESULTS.md).
+# (the critic, its settings that differ from FRONTEND's, its flags). Eq. 3 with π_ref reading no c: lr 1e-5 over
+# 1e-4 by the order of the training states' candidate pages, then SWEET-RL on validation (docs/RESULTS.md).
 FRONTEND_VARIANTS = {"sweet-no-solution": ("critic_no_solution", {}, ["--no-solution"]),
                      "sweet-reference-without-c": ("critic_reference_without_c", dict(
                          critic_head="log-ratio", critic_beta=0.1, critic_lr=1e-5), ["--reference-without-c"])}
