@@ -69,7 +69,7 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 # The frontend experiment's variants of SWEET-RL, each ranking the candidates SWEET-RL sampled by its own critic:
 # (the critic, its settings that differ from FRONTEND's, its flags). Eq. 3 with π_ref reading no c: lr 1e-5 over
 # 1e-4 by the order of the training states' candidate pages, then SWEET-RL on validation (docs/RESULTS.md).
-FRONTEND_VARIANTS = {"sweet-no-solution": ("critic_no_solution", {}, ["--no-solution"]),
+FRONTEND_VARIANTS = {"sweet-no-solution": ("critic_no_solution", {}, CRITICS["critic_no_solution"]),
                      "sweet-reference-without-c": ("critic_reference_without_c", dict(
                          critic_head="log-ratio", critic_beta=0.1, critic_lr=1e-5), ["--reference-without-c"])}
 # The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the screenshots'
