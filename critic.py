@@ -42,6 +42,8 @@ OFFICIAL_FRONTEND_GAP = 0.1  # --pairing official: sweet_rl scripts/evaluate_htm
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("scored", help="scored trajectories JSONL (each line with a `reward`)")
+parser.add_argument("--train-also", metavar="SCORED", help="more scored trajectories, of other tasks, whose pairs "
+                    "only train, never held out: e.g. scripted dialogues (harness/warmstart.py; paper: none)")
 parser.add_argument("--out", help="critic folder to write (default runs/<stem>.critic)")
 parser.add_argument("--model", default="embedded",
                     help="initial critic and π_ref: model folder, hub id or 'embedded' (paper: Llama-3.1-8B-Instruct)")
@@ -60,13 +62,10 @@ parser.add_argument("--pairing", default="all", choices=PAIRINGS,
                     help="all: two trajectories of a task whose rewards differ; official: the official scripts' rule")
 parser.add_argument("--max-length", type=at_least(32), default=1024,  # fewer cannot hold the prompt's chat markup
                     help="tokens per critic sequence at most; the oldest turns go first (official: 8192)")
-parser.add_argument("--no-solution", action="store_true",
-                    help="leave out the solution c (paper's ablation: w/o training-time information)")
-parser.add_argument("--reference-without-c", action="store_true",
-                    help="π_ref reads the dialogue without c, so A_t starts at the reply's mutual information with c "
-                         "(frontend; paper: π_ref reads c)")
-parser.add_argument("--page-facts", action="store_true",
-                    help="frontend: c is the target page's facts as the human tells them (paper: its HTML)")
+parser.add_argument("--no-solution", action="store_true", help="leave out c (paper's ablation: w/o training-time info)")
+parser.add_argument("--reference-without-c", action="store_true", help="π_ref reads the dialogue without c, so A_t "
+                    "starts at the reply's mutual information with c (frontend; paper: π_ref reads c)")
+parser.add_argument("--page-facts", action="store_true", help="frontend: c is the page's facts as told (paper: HTML)")
 parser.add_argument("--no-normalize", action="store_true",
                     help="A_t and a trajectory's score sum over tokens (paper's ablation: w/o normalization)")
 parser.add_argument("--trajectory-score", default="token-mean", choices=SCORES,
@@ -378,16 +377,19 @@ def score_candidates(critic, task, history, max_turns, candidates):
 
 # ---------------------------------------------------------------- the stage
 
-def pairs_split_by_task(trajectories, min_reward_gap, pairing, eval_fraction, rng):
-    """The pairs of the trajectories that have agent turns, split by task: (train pairs, held-out pairs, the
-    paired trajectories each once, their counts for metrics.json). No pair: bad input."""
-    with_turns = [t for t in trajectories if any(turn["role"] == "assistant" for turn in t["dialogue_history"])]
+def pairs_split_by_task(trajectories, train_only, min_reward_gap, pairing, eval_fraction, rng):
+    """The pairs of the trajectories with agent turns split by task, `train_only`'s (--train-also) all in training:
+    (train pairs, held-out pairs, the paired trajectories each once, counts for metrics.json). No pair: bad input."""
+    if shared := {t["task_id"] for t in train_only} & {t["task_id"] for t in trajectories}:
+        fail(f"--train-also: task {min(shared)} is in the scored file too; its trajectories need tasks of their own")
+    both = trajectories + train_only
+    with_turns = [t for t in both if any(turn["role"] == "assistant" for turn in t["dialogue_history"])]
     pairs = preference_pairs(with_turns, min_reward_gap, pairing)
     if not pairs:
         fail(f"no pairs: no two trajectories of one task have rewards that differ by at least {min_reward_gap} "
-             f"under --pairing {pairing} ({len(trajectories)} trajectories). The critic needs contrast.")
-    train_pairs, eval_pairs = split_by_task(pairs, eval_fraction, rng)
-    heading = f"{len(trajectories)} trajectories, {len(with_turns)} with agent turns"
+             f"under --pairing {pairing} ({len(with_turns)} trajectories). The critic needs contrast.")
+    train_pairs, eval_pairs = split_by_task(pairs, eval_fraction, rng, {t["task_id"] for t in train_only})
+    heading = f"{len(trajectories)} trajectories (+{len(train_only)} to train only), {len(with_turns)} with agent turns"
     return (train_pairs, eval_pairs, *split_counts(pairs, train_pairs, eval_pairs, heading))
 
 
@@ -422,8 +424,9 @@ def main(args):
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     trajectories = trajectories_or_fail(args.scored, rewards_for="the critic")
+    train_only = trajectories_or_fail(args.train_also, rewards_for="the critic") if args.train_also else []
     train_pairs, eval_pairs, used, counts = pairs_split_by_task(
-        trajectories, args.min_reward_gap, args.pairing, args.eval_fraction, rng)
+        trajectories, train_only, args.min_reward_gap, args.pairing, args.eval_fraction, rng)
     autocast_dtype, why = compute_dtype(args.dtype)  # the critic π_θ: fp32 weights, forward passes in autocast_dtype
     describe_dtype("critic", autocast_dtype, why)
     base_model = resolve_model(args.model)
@@ -468,8 +471,7 @@ def main(args):
          used, per_turn, views)
     finish_folder(folder, out)
     accuracy = " -> ".join(f"{metrics['pair_accuracy']:.3f}" for metrics in (before, after) if metrics) or "-"
-    print(f"done: {steps} steps, held-out pair accuracy {accuracy} ({len(eval_pairs)} pairs) | critic, args.json, "
-          f"metrics.json, advantages.jsonl, log.jsonl -> {out}")
+    print(f"done: {steps} steps, held-out pair accuracy {accuracy} ({len(eval_pairs)} pairs) -> {out}")
 
 
 if __name__ == "__main__":

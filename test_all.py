@@ -1926,6 +1926,21 @@ def test_critic_trains_on_untrimmed_official_replies_under_each_chat_template(tm
     assert sorted(a["turn"] for a in read_jsonl(out / "advantages.jsonl")) == [0, 0, 0, 1, 1, 1]
 
 
+def test_critic_train_also_adds_training_pairs_and_keeps_the_held_out_split(tmp_path, tiny_model):
+    data = write_jsonl(tmp_path / "official.scored.jsonl", official_scored(4))
+    extra = write_jsonl(tmp_path / "scripted.scored.jsonl", SCORED)  # task "tip": 3 pairs under --pairing all
+    held_out = []
+    for name, more in (("alone", []), ("with", ["--train-also", extra])):
+        result = run_script("critic.py", data, *more, "--model", tiny_model, "--out", str(tmp_path / name),
+                            "--eval-fraction", "0.5")
+        held_out.append(json.load(open(tmp_path / name / "metrics.json"))["eval_task_ids"])
+    assert "used: 5 tasks, 15 trajectories, 15 pairs -> train 3 tasks / 9 pairs, held out 2 tasks / 6" in result.stdout
+    assert held_out[0] == held_out[1] and "tip" not in held_out[1]  # the same tasks held out, none of the extra's
+    result = run_script("critic.py", data, "--train-also", data, "--model", tiny_model, "--out", str(tmp_path / "c"),
+                        check=False)
+    assert result.returncode == 2 and "--train-also: task" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_critic_without_pairs_or_rewards_exits_with_a_clear_message(tmp_path, tiny_model):
     ties = write_jsonl(tmp_path / "ties.jsonl", [scored(TIP_TASK, k, ["a"], 0.5) for k in range(3)])
     result = run_script("critic.py", ties, "--model", tiny_model, "--out", str(tmp_path / "c"), check=False)

@@ -239,10 +239,10 @@ def grouped(items, key):
     return groups
 
 
-def split_by_task(pairs, eval_fraction, rng):
-    """(train pairs, held-out pairs): the pairs of a random `eval_fraction` of the paired tasks are held out,
-    so that no held-out task is seen in training; one task at least on each side."""
-    tasks = list(dict.fromkeys(pair[0]["task_id"] for pair in pairs))
+def split_by_task(pairs, eval_fraction, rng, train_only=frozenset()):
+    """(train pairs, held-out pairs): the pairs of a random `eval_fraction` of the paired tasks but those named in
+    `train_only` are held out, so that no held-out task is seen in training; one task at least on each side."""
+    tasks = list(dict.fromkeys(pair[0]["task_id"] for pair in pairs if pair[0]["task_id"] not in train_only))
     rng.shuffle(tasks)
     n_eval = min(max(1, round(eval_fraction * len(tasks))), len(tasks) - 1) if eval_fraction > 0 else 0
     held_out = set(tasks[:n_eval])
