@@ -62,16 +62,20 @@ NAMES = {"script-fixed": "script: one general request, repeated", "script-by-sub
          "rft": "Rejection Fine-Tuning", "sweet-random-critic": "SWEET-RL, candidates ranked at random",
          "sweet-no-solution": "SWEET-RL, critic without c", "sweet-no-normalize": "SWEET-RL, critic w/o normalization",
          "sweet-value-head": "SWEET-RL, critic with a value head (Table 3's regression head)",
-         "sweet-reference-without-c": "SWEET-RL, Eq. 3's critic with a π_ref that reads no c"}
+         "sweet-reference-without-c": "SWEET-RL, Eq. 3's critic with a π_ref that reads no c",
+         "sweet-scripted-pairs": "SWEET-RL, the value head trained on scripted dialogues too"}
 # The value head's loss has no β (the official qwen_rm_trainer.py: −log σ(chosen − rejected)): β 1.
 CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"],
            "critic_value_head": ["--head", "value", "--beta", "1"]}
-# The frontend experiment's variants of SWEET-RL, each ranking the candidates SWEET-RL sampled by its own critic:
-# (the critic, its settings that differ from FRONTEND's, its flags). Eq. 3 with π_ref reading no c: lr 1e-5 over
-# 1e-4 by the order of the training states' candidate pages, then SWEET-RL on validation (docs/RESULTS.md).
+# The frontend experiment's variants of SWEET-RL, each ranking by its own critic the candidates SWEET-RL sampled, or
+# its own `candidates`: (the critic, its settings that differ from FRONTEND's, its flags). Eq. 3 with π_ref reading
+# no c: lr 1e-5 over 1e-4 by the order of the training states' candidate pages, then SWEET-RL on validation. The
+# value head on scripted dialogues too, whose pairs differ in the question asked: 16 candidates over 4 (+0.062
+# against +0.044 on validation; docs/RESULTS.md).
 FRONTEND_VARIANTS = {"sweet-no-solution": ("critic_no_solution", {}, CRITICS["critic_no_solution"]),
                      "sweet-reference-without-c": ("critic_reference_without_c", dict(
-                         critic_head="log-ratio", critic_beta=0.1, critic_lr=1e-5), ["--reference-without-c"])}
+                         critic_head="log-ratio", critic_beta=0.1, critic_lr=1e-5), ["--reference-without-c"]),
+                     "sweet-scripted-pairs": ("critic_scripted_pairs", dict(scripted_samples=4, candidates=16), [])}
 # The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the screenshots'
 # edge-color score. Two turns: a task departs from its kind's default page in two of four subjects, the request
 # hints at both, and one question naming two subjects can tell them (colbench/page.py, colbench/tasks/frontend.py).
@@ -181,7 +185,15 @@ def shared_steps(run, s, critics, kind="backend"):
 
 
 def train_critic(run, s, name, folder, flags=()):
-    """critic.py on the run's offline data, from the starting policy, half of the paired tasks held out."""
+    """critic.py on the run's offline data, from the starting policy, half of the paired tasks held out. With
+    `scripted_samples`, also on that many fresh scripted dialogues of each warm-start task, scored (--train-also)."""
+    if s.get("scripted_samples"):  # seed 1: not the dialogues the warm start learned from (seed 0)
+        run.stage("scripted dialogues", "-m", "harness.warmstart", run.path("warm_tasks.jsonl"), "--samples",
+                  str(s["scripted_samples"]), "--max-turns", str(s["max_turns"]), "--seed", "1", "--out",
+                  run.path("scripted.traj.jsonl"), done_when=run.path("scripted.traj.jsonl"))
+        run.stage("scripted scoring", "evaluate.py", run.path("scripted.traj.jsonl"), "--out",
+                  run.path("scripted.scored.jsonl"), done_when=run.path("scripted.scored.jsonl"))
+        flags = [*flags, "--train-also", run.path("scripted.scored.jsonl")]
     run.stage(name, "critic.py", run.path("train.scored.jsonl"), "--model", run.path("warm"), "--out", folder,
               *differing("critic.py", head=s["critic_head"], beta=s["critic_beta"], epochs=s["critic_epochs"],
                          lr=s["critic_lr"], trajectory_score=s["trajectory_score"], max_length=s["critic_max_length"],
@@ -630,15 +642,16 @@ def frontend_experiment(run, s):
     results["variants"], lines = {}, []
     for agent, (critic, settings, flags) in FRONTEND_VARIANTS.items():
         train_critic(run, dict(s, **settings), critic, run.path(critic), flags)
-        train_agent(run, s, agent, exp.path(f"policy_{agent}"), s["demo_fraction"], critic=run.path(critic),
-                    sampled=run.path("policy_sweet", "candidates.jsonl"))
+        train_agent(run, dict(s, **settings), agent, exp.path(f"policy_{agent}"), s["demo_fraction"],
+                    critic=run.path(critic), sampled=None if "candidates" in settings else run.path(
+                        "policy_sweet", "candidates.jsonl"))
         play(exp, s, agent, exp.path(f"policy_{agent}"), run.path("test_tasks.jsonl"), s["test_samples"],
              f"test_{agent}")
         played = load_trajectories(exp.path(f"test_{agent}.scored.jsonl"))
         mine, metrics = {critic_stage.trajectory_id(t): t["reward"] for t in played}, json.load(
             open(run.path(critic, "metrics.json")))
         variant = results["variants"][agent] = {
-            "mean_score": sum(mine.values()) / len(mine), "dialogues": len(mine),
+            "settings": settings, "mean_score": sum(mine.values()) / len(mine), "dialogues": len(mine),
             "minus_start": paired_difference(mine, theirs["zero-shot"]),
             "minus_sweet": paired_difference(mine, theirs["sweet"]),
             "departures_told_share": page_asking(played)["departures_told_share"],
