@@ -641,10 +641,10 @@ def frontend_experiment(run, s):
         run.path(f"test_{agent}.scored.jsonl"))} for agent in ("zero-shot", "sweet")}
     results["variants"], lines = {}, []
     for agent, (critic, settings, flags) in FRONTEND_VARIANTS.items():
-        train_critic(run, dict(s, **settings), critic, run.path(critic), flags)
-        train_agent(run, dict(s, **settings), agent, exp.path(f"policy_{agent}"), s["demo_fraction"],
-                    critic=run.path(critic), sampled=None if "candidates" in settings else run.path(
-                        "policy_sweet", "candidates.jsonl"))
+        its = dict(s, **settings)  # FRONTEND's settings with the variant's over them
+        train_critic(run, its, critic, run.path(critic), flags)
+        train_agent(run, its, agent, exp.path(f"policy_{agent}"), s["demo_fraction"], critic=run.path(critic),
+                    sampled=None if "candidates" in settings else run.path("policy_sweet", "candidates.jsonl"))
         play(exp, s, agent, exp.path(f"policy_{agent}"), run.path("test_tasks.jsonl"), s["test_samples"],
              f"test_{agent}")
         played = load_trajectories(exp.path(f"test_{agent}.scored.jsonl"))
