@@ -63,7 +63,8 @@ NAMES = {"script-fixed": "script: one general request, repeated", "script-by-sub
          "sweet-no-solution": "SWEET-RL, critic without c", "sweet-no-normalize": "SWEET-RL, critic w/o normalization",
          "sweet-value-head": "SWEET-RL, critic with a value head (Table 3's regression head)",
          "sweet-reference-without-c": "SWEET-RL, Eq. 3's critic with a π_ref that reads no c",
-         "sweet-scripted-pairs": "SWEET-RL, the value head trained on scripted dialogues too"}
+         "sweet-scripted-pairs": "SWEET-RL, the value head trained on scripted dialogues too",
+         "sweet-scripted-turn-sum": "SWEET-RL, the value head trained on scripted dialogues too, turn values summed"}
 # The value head's loss has no β (the official qwen_rm_trainer.py: −log σ(chosen − rejected)): β 1.
 CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"],
            "critic_value_head": ["--head", "value", "--beta", "1"]}
@@ -71,11 +72,14 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 # its own `candidates`: (the critic, its settings that differ from FRONTEND's, its flags). Eq. 3 with π_ref reading
 # no c: lr 1e-5 over 1e-4 by the order of the training states' candidate pages, then SWEET-RL on validation. The
 # value head on scripted dialogues too, whose pairs differ in the question asked: 16 candidates over 4 (+0.062
-# against +0.044 on validation; docs/RESULTS.md).
+# against +0.044 on validation), and its turns' values summed (the paper's Eq. 2) over the token mean (+0.057
+# [+0.022, +0.090] on validation, the same seed; docs/RESULTS.md). A count of candidates is sampled once.
 FRONTEND_VARIANTS = {"sweet-no-solution": ("critic_no_solution", {}, CRITICS["critic_no_solution"]),
                      "sweet-reference-without-c": ("critic_reference_without_c", dict(
                          critic_head="log-ratio", critic_beta=0.1, critic_lr=1e-5), ["--reference-without-c"]),
-                     "sweet-scripted-pairs": ("critic_scripted_pairs", dict(scripted_samples=4, candidates=16), [])}
+                     "sweet-scripted-pairs": ("critic_scripted_pairs", dict(scripted_samples=4, candidates=16), []),
+                     "sweet-scripted-turn-sum": ("critic_scripted_turn_sum", dict(
+                         scripted_samples=4, candidates=16, trajectory_score="turn-sum"), [])}
 # The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the screenshots'
 # edge-color score. Two turns: a task departs from its kind's default page in two of four subjects, the request
 # hints at both, and one question naming two subjects can tell them (colbench/page.py, colbench/tasks/frontend.py).
@@ -640,11 +644,13 @@ def frontend_experiment(run, s):
     theirs = {agent: {critic_stage.trajectory_id(t): t["reward"] for t in load_trajectories(
         run.path(f"test_{agent}.scored.jsonl"))} for agent in ("zero-shot", "sweet")}
     results["variants"], lines = {}, []
+    sampled = {s["candidates"]: run.path("policy_sweet", "candidates.jsonl")}  # by count: one seed samples alike
     for agent, (critic, settings, flags) in FRONTEND_VARIANTS.items():
         its = dict(s, **settings)  # FRONTEND's settings with the variant's over them
         train_critic(run, its, critic, run.path(critic), flags)
         train_agent(run, its, agent, exp.path(f"policy_{agent}"), s["demo_fraction"], critic=run.path(critic),
-                    sampled=None if "candidates" in settings else run.path("policy_sweet", "candidates.jsonl"))
+                    sampled=sampled.get(its["candidates"]))
+        sampled.setdefault(its["candidates"], exp.path(f"policy_{agent}", "candidates.jsonl"))
         play(exp, s, agent, exp.path(f"policy_{agent}"), run.path("test_tasks.jsonl"), s["test_samples"],
              f"test_{agent}")
         played = load_trajectories(exp.path(f"test_{agent}.scored.jsonl"))
