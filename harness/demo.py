@@ -73,7 +73,7 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 # no c: lr 1e-5 over 1e-4 by the order of the training states' candidate pages, then SWEET-RL on validation. The
 # value head on scripted dialogues too, whose pairs differ in the question asked: 16 candidates over 4 (+0.062
 # against +0.044 on validation), and its turns' values summed (the paper's Eq. 2) over the token mean (+0.057
-# [+0.022, +0.090] on validation, the same seed; docs/RESULTS.md). A count of candidates is sampled once.
+# [+0.022, +0.090] on validation, the same seed; docs/RESULTS.md). Each draw of candidates is sampled once.
 FRONTEND_VARIANTS = {"sweet-no-solution": ("critic_no_solution", {}, CRITICS["critic_no_solution"]),
                      "sweet-reference-without-c": ("critic_reference_without_c", dict(
                          critic_head="log-ratio", critic_beta=0.1, critic_lr=1e-5), ["--reference-without-c"]),
@@ -644,13 +644,15 @@ def frontend_experiment(run, s):
     theirs = {agent: {critic_stage.trajectory_id(t): t["reward"] for t in load_trajectories(
         run.path(f"test_{agent}.scored.jsonl"))} for agent in ("zero-shot", "sweet")}
     results["variants"], lines = {}, []
-    sampled = {s["candidates"]: run.path("policy_sweet", "candidates.jsonl")}  # by count: one seed samples alike
+    def drawn(settings):  # what policy.py's candidates depend on: the same draw samples the same replies
+        return settings["candidates"], *sampling(settings).values()
+    sampled = {drawn(s): run.path("policy_sweet", "candidates.jsonl")}
     for agent, (critic, settings, flags) in FRONTEND_VARIANTS.items():
         its = dict(s, **settings)  # FRONTEND's settings with the variant's over them
         train_critic(run, its, critic, run.path(critic), flags)
         train_agent(run, its, agent, exp.path(f"policy_{agent}"), s["demo_fraction"], critic=run.path(critic),
-                    sampled=sampled.get(its["candidates"]))
-        sampled.setdefault(its["candidates"], exp.path(f"policy_{agent}", "candidates.jsonl"))
+                    sampled=sampled.get(drawn(its)))
+        sampled.setdefault(drawn(its), exp.path(f"policy_{agent}", "candidates.jsonl"))
         play(exp, s, agent, exp.path(f"policy_{agent}"), run.path("test_tasks.jsonl"), s["test_samples"],
              f"test_{agent}")
         played = load_trajectories(exp.path(f"test_{agent}.scored.jsonl"))
