@@ -3025,6 +3025,8 @@ def test_demo_passes_a_stage_only_what_differs_from_its_defaults_and_the_stage_r
                 assert (arguments["head"], arguments["beta"]) == ("value", 1.0)
                 continue
             assert arguments[key] == s[setting], (script, key)
+        if script == "critic.py":  # the frontend critic trains on scripted dialogues too
+            assert (arguments["train_also"] is not None) == bool(s.get("scripted_samples")), command
         passed = {a.dest for a in parser._actions if any(option in command for option in a.option_strings)}
         assert all(arguments[key] != defaults[key] for key in passed - {"out", "model", "critic", "method"}), command
         checked[script] += 1
