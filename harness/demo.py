@@ -63,7 +63,8 @@ NAMES = {"script-fixed": "script: one general request, repeated", "script-by-sub
          "sweet-no-solution": "SWEET-RL, critic without c", "sweet-no-normalize": "SWEET-RL, critic w/o normalization",
          "sweet-value-head": "SWEET-RL, critic with a value head (Table 3's regression head)",
          "sweet-reference-without-c": "SWEET-RL, Eq. 3's critic with a π_ref that reads no c",
-         "sweet-offline-only": "SWEET-RL, the value head trained on the offline data alone"}
+         "sweet-offline-only": "SWEET-RL, the value head trained on the offline data alone",
+         "sweet-two-epochs-16": "SWEET-RL, the run's critic at two epochs, 16 candidates"}
 # The value head's loss has no β (the official qwen_rm_trainer.py: −log σ(chosen − rejected)): β 1.
 CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic_no_normalize": ["--no-normalize"],
            "critic_value_head": ["--head", "value", "--beta", "1"]}
@@ -71,13 +72,15 @@ CRITICS = {"critic_with_c": [], "critic_no_solution": ["--no-solution"], "critic
 # its own `candidates`: (the critic, its settings that differ from FRONTEND's, its flags). The value head on the
 # offline data alone, as the paper trains it: the frontend run's critic until 2026-11-30 (its settings chosen on
 # validation then). Eq. 3 with π_ref reading no c: lr 1e-5 over 1e-4 by the order of the training states'
-# candidate pages, then SWEET-RL on validation. Each draw of candidates is sampled once.
+# candidate pages, then SWEET-RL on validation. The run's critic at two epochs and 16 candidates: slower, as
+# validated before one epoch and 8 were chosen for time. Each draw of candidates is sampled once.
 OFFLINE_ONLY = dict(scripted_samples=0, trajectory_score="token-mean", critic_epochs=2, candidates=4)
 FRONTEND_VARIANTS = {"sweet-no-solution": ("critic_no_solution", {}, CRITICS["critic_no_solution"]),
                      "sweet-offline-only": ("critic_offline_only", OFFLINE_ONLY, []),
                      "sweet-reference-without-c": ("critic_reference_without_c", dict(
                          OFFLINE_ONLY, critic_head="log-ratio", critic_beta=0.1, critic_lr=1e-5),
-                                                   ["--reference-without-c"])}
+                                                   ["--reference-without-c"]),
+                     "sweet-two-epochs-16": ("critic_two_epochs", dict(critic_epochs=2, candidates=16), [])}
 # The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the screenshots'
 # edge-color score. Two turns: a task departs from its kind's default page in two of four subjects, the request
 # hints at both, and one question naming two subjects can tell them (colbench/page.py, colbench/tasks/frontend.py).
