@@ -79,7 +79,7 @@ FRONTEND_VARIANTS = {"sweet-no-solution": ("critic_no_solution", {}, CRITICS["cr
                      "sweet-offline-only": ("critic_offline_only", OFFLINE_ONLY, []),
                      "sweet-reference-without-c": ("critic_reference_without_c", dict(
                          OFFLINE_ONLY, critic_head="log-ratio", critic_beta=0.1, critic_lr=1e-5),
-                                                   ["--reference-without-c"]),
+                         ["--reference-without-c"]),
                      "sweet-two-epochs-16": ("critic_two_epochs", dict(critic_epochs=2, candidates=16), [])}
 # The frontend run (--frontend, runs/frontend): the same chain on web pages, scored offline by the screenshots'
 # edge-color score. Two turns: a task departs from its kind's default page in two of four subjects, the request
@@ -88,14 +88,13 @@ FRONTEND_VARIANTS = {"sweet-no-solution": ("critic_no_solution", {}, CRITICS["cr
 # official trainer's), on c as the page's departures in the human's words (page_facts), its pairs the official
 # frontend rule's (two dialogues of a task whose scores are at least 0.1 apart). It also trains on fresh scripted
 # dialogues of the warm-start tasks (scripted_samples a task, critic.py --train-also), whose pairs differ in the
-# question asked, and sums its turns' values (the paper's Eq. 2): on the offline data alone it ranked a page over a
-# question whatever the hints, and SWEET-RL gained nothing. Its learning rate, the scripted dialogues, turn-sum and
-# the candidates were chosen on a validation split of the RL training tasks, one epoch and 8 candidates for time
-# (docs/RESULTS.md). The warm start's learning rate and batch
-# come from the frontend validation before this redesign (docs/NOTEBOOK.md); its three dialogues a task were set by
-# hand: with one, the start's offline pages had the kind's default sections in 0 of 37 dialogues that left them
-# untold, its colors in 5 of 42. The policy's learning rate is the backend's. A page is at most ~190 tokens (the
-# site's style sheet is not in it): 256 new tokens hold one.
+# question asked, as the offline dialogues' seldom do, and sums its turns' values (the paper's Eq. 2). Its learning
+# rate, the scripted dialogues, turn-sum and the candidates were chosen on a validation split of the RL training
+# tasks, one epoch and 8 candidates for time (docs/RESULTS.md). The warm start's learning rate and batch come from
+# the frontend validation before this redesign (docs/NOTEBOOK.md); its three dialogues a task were set by hand: with
+# one, the start's offline pages had the kind's default sections in 0 of 37 dialogues that left them untold, its
+# colors in 5 of 42. The policy's learning rate is the backend's. A page is at most ~190 tokens (the site's style
+# sheet is not in it): 256 new tokens hold one.
 FRONTEND = dict(SETTINGS, warm_tasks=60, warm_samples=3, warm_lr=2e-4, warm_batch_size=4, rl_tasks=24, samples=4,
                 test_samples=3, max_turns=2, max_new_tokens=256, critic_head="value", critic_beta=1.0,
                 critic_epochs=1, critic_lr=1e-4, critic_max_length=2048, critic_pairing="official", page_facts=True,
