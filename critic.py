@@ -28,7 +28,7 @@ from colbench.cli import (at_least, below_one, fail, fraction_or_zero, non_negat
 from colbench.data import (default_output, finish_folder, grouped, partial_folder, split_by_task, split_counts,
                            succeeded, task_batches, task_kind, trajectory_id, write_jsonl)
 from colbench.env import agent_messages, turn_budget, without_oldest_exchange
-from colbench.fast_logps import shared_prefix_logps
+from colbench.fast_logps import shared_prefix_logps, shared_prefix_states
 from colbench.frontend import page_summary
 from colbench.models import (DTYPES, SCHEDULES, adamw, autocast, compute_dtype, describe_dtype, load_model,
                              padded_batch, resolve_model, tokenize_turns)
@@ -206,7 +206,9 @@ def turn_scores(model, views, trajectory_ids, reference_logps_by_id, logps_fn, n
     """{trajectory id: [turns]}, each agent turn's score by the critic `model`: with a value head (--head value)
     its V_t; else its A_t (Eq. 3) against π_ref's `reference_logps_by_id` ({id: [seq - 1]}), by `logps_fn`."""
     if hasattr(model, "value_head"):
-        states = sequence_states(model, [views[i]["ids"] for i in trajectory_ids])
+        ids, first = [views[i]["ids"] for i in trajectory_ids], min(views[i]["spans"][0][0] for i in trajectory_ids)
+        fast = logps_fn is not sequence_logps and not model.value_through  # --fast: the shared prefix encoded once
+        states = shared_prefix_states(model, ids, first) if fast else sequence_states(model, ids)
         return {i: turn_values(h, model.value_head, views[i]["spans"], model.value_through)
                 for i, h in zip(trajectory_ids, states)}
     critic_logps_by_id = task_logps(model, views, trajectory_ids, logps_fn)

@@ -39,7 +39,7 @@ from colbench.cli import (at_least, fraction, fraction_or_zero, non_negative_flo
                           positive_int, require_server)
 from colbench.data import DataError, derive_task_id, finished_keys, load_tasks, load_trajectories, task_kind
 from colbench.env import ANSWER_MARKER, TURN_BUDGET_NOTE, Episode, agent_messages, html_page, turn_budget
-from colbench.fast_logps import TargetLogSoftmax, remembering, shared_prefix_logps
+from colbench.fast_logps import TargetLogSoftmax, remembering, shared_prefix_logps, shared_prefix_states
 from colbench.fast_sampling import ReservedLayer, keep_freed_memory, sample_shrinking_batch
 from colbench.models import (EndpointChat, Reply, chat_text, end_of_turn_ids, generate, load_model, sample_plain,
                              tokenize_turns)
@@ -1700,6 +1700,29 @@ def test_shared_prefix_logps_of_sequences_sharing_under_two_tokens_equal_the_pla
                     plain = sequence_logps(model, [ids])[0]
                     assert row.shape == plain.shape
                     assert torch.allclose(row[scored_from - 1:], plain[scored_from - 1:], atol=1e-4), (sequences, scored_from)
+
+
+def test_shared_prefix_states_equal_sequence_states_and_their_gradients(tiny_model):
+    """--fast's value head (critic.turn_scores, training and ranking): each sequence's states from read_from on, and
+    the gradient of a value read off them, are the plain way's."""
+    model, _ = load_model(tiny_model, trainable=True)
+    head = critic.value_head(model)
+    cases = ([[5, 6, 7, 8, 9], [5, 6, 7, 10], [5, 6, 7, 8, 11, 12]], [[5, 6, 7, 8], [9, 10, 11]], [[5, 6], [5, 7]])
+    for sequences in cases:
+        for read_from in (1, 3, 4):
+            values = {}
+            for fast in (True, False):
+                model.zero_grad()
+                states = (shared_prefix_states(model, sequences, read_from) if fast else
+                          critic.sequence_states(model, sequences))
+                spans = [[(min(read_from, len(ids) - 1), len(ids))] for ids in sequences]
+                value = sum(critic.turn_values(h, head, span) for h, span in zip(states, spans)).sum()
+                value.backward()
+                values[fast] = (value.detach(), [h[read_from:].detach() for h in states],
+                                model.get_input_embeddings().weight.grad.clone())
+            assert torch.allclose(values[True][0], values[False][0], atol=1e-4), (sequences, read_from)
+            assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(values[True][1], values[False][1]))
+            assert torch.allclose(values[True][2], values[False][2], atol=1e-5)
 
 
 def test_ranking_quality_on_a_planted_case():

@@ -3,6 +3,7 @@ memory. `--fast` switches it in, one line in critic.py and in policy.py; test_al
 
 shared_prefix_logps  sequences that begin alike (a task's trajectories, a state's candidate replies, a
                      prompt's completions): their common beginning encoded once, its KV cache serving each
+shared_prefix_states the same for a value head's hidden states
 remembering          shared_prefix_logps for passes without gradients that follow one another: each continues
                      the KV cache of the beginning encoded last (encode_prefix)
 TargetLogSoftmax     log_softmax(logits)[target] a few positions at a time, its gradient written out, so
@@ -21,9 +22,7 @@ def shared_prefix_logps(model, sequences, scored_from, memory=None):
     serves every sequence (gradients flow through it). The caller reads no token before index `scored_from`: those
     from it on are always scored; entries of the shared tokens before it are zeros. Sequences that share fewer than
     two tokens are encoded whole. Returns a [len - 1] tensor per sequence. `memory`: see encode_prefix."""
-    shared = min(scored_from, *(len(ids) - 1 for ids in sequences))
-    while any(ids[:shared] != sequences[0][:shared] for ids in sequences):
-        shared -= 1  # a tokenizer may merge across the boundary: share only identical tokens
+    shared = common_length(sequences, scored_from)
     device = next(model.parameters()).device
     if shared < 2:  # no prefix to encode apart (the last shared token goes with each row): each sequence whole
         input_ids, attention_mask = padded_batch(sequences, device)
@@ -36,6 +35,30 @@ def shared_prefix_logps(model, sequences, scored_from, memory=None):
     logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # column j: token shared + j
     skipped = logps.new_zeros(shared - 1)
     return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)]
+
+
+def common_length(sequences, at_most):
+    """How many first tokens all `sequences` share, at most `at_most`, leaving each at least one token of its own."""
+    shared = min(at_most, *(len(ids) - 1 for ids in sequences))
+    while any(ids[:shared] != sequences[0][:shared] for ids in sequences):
+        shared -= 1  # a tokenizer may merge across the boundary: share only identical tokens
+    return shared
+
+
+def shared_prefix_states(model, sequences, read_from):
+    """critic.py's sequence_states the fast way (a value head's turns: a task's trajectories, a state's candidate
+    replies): the last hidden states, [len, hidden] per sequence in fp32, their common prefix encoded once and its KV
+    cache serving every sequence (gradients flow through it). The caller reads no state before index `read_from`:
+    those of the shared tokens before it are zeros."""
+    shared = common_length(sequences, read_from)
+    cache, device = None, next(model.parameters()).device
+    if shared > 0:
+        cache = encode_prefix(model, sequences[0][:shared])
+        cache.batch_repeat_interleave(len(sequences))
+    input_ids, attention_mask = padded_batch([ids[shared:] for ids in sequences], device, cached=shared)
+    states = model.base_model(input_ids=input_ids, attention_mask=attention_mask, cache=cache).last_hidden_state
+    skipped = states.new_zeros(shared, states.shape[-1])
+    return [torch.cat([skipped, row[: len(ids) - shared]]).float() for row, ids in zip(states, sequences)]
 
 
 def remembering():

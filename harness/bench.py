@@ -55,6 +55,8 @@ prefix_scoring: the critic scoring 16 candidate replies (~100 tokens) of one sta
 history is ~1000 tokens, once with critic.py's shared-history KV cache and once as 16 full
 sequences (4 per forward pass: one pass is timed and counted 4 times); how many times faster the cache is.
 Each way as its stage runs it: the cache with --fast's kept freed memory, the full sequences without. Target: >= 4x.
+prefix_scoring_value (measured within it): the same with the frontend's value head (--head value, no π_ref): the
+hidden states the fast way (`shared_prefix_states`) over the plain way (`sequence_states`). Target: >= 2x.
 
 dpo_vs_trl: one DPO + NLL epoch of the project's trainer (harness/baselines.py's Multi-Turn DPO: the
 loss and loop of policy.py) against TRL's DPOTrainer on the same pairs, model, batch size and precision
@@ -92,7 +94,7 @@ from critic import critic_messages, sequence_logps
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: the stage scripts run from it
 RATIOS = ("rollout_batching", "rollout_all_at_once", "sampling_in_place", "prefill_by_length", "rollout_vs_llamacpp",
           "critic_batching", "critic_peak_gb", "prefix_scoring", "dpo_vs_trl", "eval_vs_inprocess")
-# sampling_in_place also gives keep_freed_memory; critic_batching, prefix_no_logits
+# sampling_in_place also gives keep_freed_memory; critic_batching, prefix_no_logits; prefix_scoring, prefix_scoring_value
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--quick", action="store_true",
@@ -221,8 +223,8 @@ def timed(function):
     return time.perf_counter() - start
 
 
-def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
-    from critic import Critic, score_candidates
+def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100, value=False):
+    from critic import Critic, score_candidates, value_head
     from colbench.fast_logps import remembering
     from colbench.data import load_tasks
     rng = random.Random(0)
@@ -233,7 +235,9 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
     replies = [words(reply_tokens, rng) for _ in range(candidates)]
     torch.manual_seed(0)
     model, tokenizer = load_model(None)
-    reference_model, _ = load_model(None)
+    reference_model, _ = (None, None) if value else load_model(None)
+    if value:  # the frontend critic: a value head, no π_ref
+        model.value_head, model.value_through = value_head(model), False
     critic = Critic(model, reference_model, tokenizer, logps_fn=remembering())
     plain = Critic(model, reference_model, tokenizer)  # each reply's sequence encoded whole
     first_reply = history + [{"role": "assistant", "content": replies[0]}]
@@ -247,7 +251,7 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100):
     full = []
     full_s = timed(lambda: full.extend(score_candidates(plain, task, history, 3, replies[:4]))) * candidates / 4
     assert max(abs(a - b) for a, b in zip(shared, full)) < 1e-3, "the two ways must give the same advantages"
-    print(f"critic scoring, {candidates} replies of ~{reply_tokens} tokens, {length} tokens with the first: "
+    print(f"critic scoring{' (value head)' if value else ''}, {candidates} replies of ~{reply_tokens} tokens, {length} tokens with the first: "
           f"shared history {shared_s:.1f} s, full sequences {full_s:.1f} s -> {full_s / shared_s:.2f}x")
     return full_s / shared_s
 
@@ -662,7 +666,8 @@ def main(args):
         "rollout_vs_llamacpp": lambda: bench_rollout_vs_llamacpp(*((2, 1, 1, 16) if quick else ())),
         "critic_batching": lambda: bench_critic_batching(*((2, 2, 10) if quick else ())),
         "critic_peak_gb": lambda: bench_critic_peak_gb(*((256,) if quick else ())),
-        "prefix_scoring": lambda: round(bench_prefix_scoring(*((4, 1, 10) if quick else ())), 2),
+        "prefix_scoring": lambda: {f"prefix_scoring{'_value' * value}": round(bench_prefix_scoring(
+            *((4, 1, 10) if quick else ()), value=value), 2) for value in (False, True)},
         "dpo_vs_trl": lambda: round(bench_dpo_vs_trl(*((2, 2, 20, 10) if quick else ())), 2),
         "eval_vs_inprocess": lambda: bench_eval_vs_inprocess(*((0.5, 4, 5) if quick else ())),
     }
