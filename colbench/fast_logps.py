@@ -1,5 +1,6 @@
-"""Token log-probs the fast way: the same numbers as critic.py's sequence_logps (the plain way), in less time and
-memory. `--fast` switches it in, one line in critic.py and in policy.py; test_all.py holds it equal to the plain way.
+"""Token log-probs and hidden states the fast way: the same numbers as critic.py's sequence_logps and sequence_states
+(the plain way), in less time and memory. `--fast` switches it in, one line in critic.py and in policy.py;
+test_all.py holds it equal to the plain way.
 
 shared_prefix_logps  sequences that begin alike (a task's trajectories, a state's candidate replies, a
                      prompt's completions): their common beginning encoded once, its KV cache serving each
@@ -23,18 +24,12 @@ def shared_prefix_logps(model, sequences, scored_from, memory=None):
     from it on are always scored; entries of the shared tokens before it are zeros. Sequences that share fewer than
     two tokens are encoded whole. Returns a [len - 1] tensor per sequence. `memory`: see encode_prefix."""
     shared = common_length(sequences, scored_from)
-    device = next(model.parameters()).device
-    if shared < 2:  # no prefix to encode apart (the last shared token goes with each row): each sequence whole
-        input_ids, attention_mask = padded_batch(sequences, device)
-        logps = token_logps(model, input_ids, attention_mask)
-        return [row[: len(ids) - 1] for row, ids in zip(logps, sequences)]
-    prefix = sequences[0][: shared - 1]  # the last shared token goes with each row: it predicts the next one
-    cache = encode_prefix(model, prefix, memory)
-    cache.batch_repeat_interleave(len(sequences))
-    input_ids, attention_mask = padded_batch([ids[shared - 1:] for ids in sequences], device, cached=len(prefix))
-    logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # column j: token shared + j
-    skipped = logps.new_zeros(shared - 1)
-    return [torch.cat([skipped, row[: len(ids) - shared]]) for row, ids in zip(logps, sequences)]
+    # The last shared token goes with each row: it predicts the next one. Under two shared: each sequence whole.
+    cut = max(shared - 1, 0)
+    cache, input_ids, attention_mask = continuing_batch(model, sequences, cut, memory)
+    logps = token_logps(model, input_ids, attention_mask, past_key_values=cache)  # column j: token cut + 1 + j
+    skipped = logps.new_zeros(cut)
+    return [torch.cat([skipped, row[: len(ids) - 1 - cut]]) for row, ids in zip(logps, sequences)]
 
 
 def common_length(sequences, at_most):
@@ -45,17 +40,26 @@ def common_length(sequences, at_most):
     return shared
 
 
+def continuing_batch(model, sequences, cut, memory=None):
+    """(KV cache, input_ids, attention_mask): the first `cut` tokens, which all `sequences` share, encoded once
+    (encode_prefix, `memory` as there) and the cache repeated for each row; the rows, the tokens from `cut` on,
+    right-padded after the cached ones. With `cut` 0: no cache, each sequence whole."""
+    cache = None
+    if cut:
+        cache = encode_prefix(model, sequences[0][:cut], memory)
+        cache.batch_repeat_interleave(len(sequences))
+    input_ids, attention_mask = padded_batch([ids[cut:] for ids in sequences], next(model.parameters()).device,
+                                             cached=cut)
+    return cache, input_ids, attention_mask
+
+
 def shared_prefix_states(model, sequences, read_from):
     """critic.py's sequence_states the fast way (a value head's turns: a task's trajectories, a state's candidate
     replies): the last hidden states, [len, hidden] per sequence in fp32, their common prefix encoded once and its KV
     cache serving every sequence (gradients flow through it). The caller reads no state before index `read_from`:
     those of the shared tokens before it are zeros."""
     shared = common_length(sequences, read_from)
-    cache, device = None, next(model.parameters()).device
-    if shared > 0:
-        cache = encode_prefix(model, sequences[0][:shared])
-        cache.batch_repeat_interleave(len(sequences))
-    input_ids, attention_mask = padded_batch([ids[shared:] for ids in sequences], device, cached=shared)
+    cache, input_ids, attention_mask = continuing_batch(model, sequences, shared)
     states = model.base_model(input_ids=input_ids, attention_mask=attention_mask, cache=cache).last_hidden_state
     skipped = states.new_zeros(shared, states.shape[-1])
     return [torch.cat([skipped, row[: len(ids) - shared]]).float() for row, ids in zip(states, sequences)]
