@@ -94,7 +94,8 @@ from critic import critic_messages, sequence_logps
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: the stage scripts run from it
 RATIOS = ("rollout_batching", "rollout_all_at_once", "sampling_in_place", "prefill_by_length", "rollout_vs_llamacpp",
           "critic_batching", "critic_peak_gb", "prefix_scoring", "dpo_vs_trl", "eval_vs_inprocess")
-# sampling_in_place also gives keep_freed_memory; critic_batching, prefix_no_logits; prefix_scoring, prefix_scoring_value
+# sampling_in_place also gives keep_freed_memory; critic_batching, prefix_no_logits;
+# prefix_scoring, prefix_scoring_value
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--quick", action="store_true",
@@ -251,8 +252,9 @@ def bench_prefix_scoring(candidates=16, exchanges=4, reply_tokens=100, value=Fal
     full = []
     full_s = timed(lambda: full.extend(score_candidates(plain, task, history, 3, replies[:4]))) * candidates / 4
     assert max(abs(a - b) for a, b in zip(shared, full)) < 1e-3, "the two ways must give the same advantages"
-    print(f"critic scoring{' (value head)' if value else ''}, {candidates} replies of ~{reply_tokens} tokens, {length} tokens with the first: "
-          f"shared history {shared_s:.1f} s, full sequences {full_s:.1f} s -> {full_s / shared_s:.2f}x")
+    print(f"critic scoring{' (value head)' if value else ''}, {candidates} replies of ~{reply_tokens} tokens, "
+          f"{length} tokens with the first: shared history {shared_s:.1f} s, full sequences {full_s:.1f} s -> "
+          f"{full_s / shared_s:.2f}x")
     return full_s / shared_s
 
 
